@@ -1,0 +1,663 @@
+"""Capsule gate (custody): the sealed capsule matches the contract of capsule.md §2–7, exactly.
+
+Each defect is reported by one audit: the file's owner fails, every audit that needed it says not_run.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import pytest
+from runaudit.fixtures.ids import casefold_collisions, duplicates, is_safe_id
+from runaudit.fixtures.reader import CapsuleReader
+from runaudit.fixtures.run import DeclaredMetric, DeclaredTest, Run
+from runaudit.fixtures.schema import schema_problems
+from runaudit.fixtures.verdicts import AuditRecorder
+
+pytestmark = pytest.mark.custody
+
+SHOWN = 5  # examples named in a one-line message; the evidence keeps them all
+INVENTORY_KEYS = frozenset({"files", "roster", "inventory", "sizes", "bytes", "file_list", "manifest"})
+GROUND_TRUTH_ROLES = frozenset({"ground_truth", "gt", "target", "label", "error", "err", "diff", "residual"})
+OVERLAY_TASKS = frozenset({"segmentation", "detection"})
+NO_GT = "unavailable_no_machine_readable_gt"
+
+
+def _examples(items: Iterable[Any]) -> str:
+    items = list(items)
+    shown = ", ".join(map(str, items[:SHOWN]))
+    return f"{shown}, ... ({len(items)} in all)" if len(items) > SHOWN else shown
+
+
+def _declared(audit: AuditRecorder, run: Run, test: DeclaredTest | None) -> DeclaredTest:
+    if run.declared is None:
+        audit.not_run(f"run.json is unreadable (reported by capsule.run_json_schema): {run.problem}")
+    if test is None:
+        audit.not_run(f"run {run.run_id} declares no tests (reported by capsule.tests_declared)")
+    return test
+
+
+def _declared_checkpoint_sha(run: Run) -> str | None:
+    if run.kind == "hardware":
+        binding = run.get("model_run")
+        return binding.get("best_sha256") if isinstance(binding, Mapping) else None
+    checkpoints = run.get("checkpoints")
+    best = checkpoints.get("best") if isinstance(checkpoints, Mapping) else None
+    return best.get("sha256") if isinstance(best, Mapping) else None
+
+
+def _selection_ids(audit: AuditRecorder, capsule: CapsuleReader, test: DeclaredTest) -> list[str]:
+    document, _ = audit.need(capsule.trust_json, "selections", f"{test.selection_id}.json")
+    ids = document.get("sample_ids") if isinstance(document, dict) else None
+    if not isinstance(ids, list):
+        audit.not_run(f"selection {test.selection_id} has no sample_ids (reported by capsule.selection)")
+    return [str(item) for item in ids]
+
+
+# -- layout -----------------------------------------------------------------------------------------
+
+
+def test_required_paths(run: Run, capsule: CapsuleReader, audit: AuditRecorder, required_path: str) -> None:
+    expected = "dir" if required_path == "test" or required_path.endswith("/vis") else "file"
+    entry = capsule.inventory.entries.get(required_path)
+    audit.require(
+        entry is not None,
+        f"run {run.run_id}: {required_path} is missing; a sealed {run.kind} capsule requires it",
+    )
+    audit.require(
+        entry.kind == expected,
+        f"run {run.run_id}: {required_path} is a {entry.kind}, expected a regular {expected}",
+    )
+
+
+def test_forbidden_paths(run: Run, capsule: CapsuleReader, audit: AuditRecorder) -> None:
+    found = capsule.inventory.forbidden
+    audit.evidence(forbidden=[{"path": item.rel, "rule": item.rule} for item in found])
+    audit.require(
+        not found,
+        f"run {run.run_id}: {len(found)} forbidden path(s): "
+        + _examples(f"{item.rel} ({item.rule})" for item in found),
+    )
+
+
+def test_closed_world(run: Run, capsule: CapsuleReader, audit: AuditRecorder) -> None:
+    stray = capsule.inventory.stray
+    audit.evidence(stray=list(stray))
+    audit.require(
+        not stray,
+        f"run {run.run_id}: {len(stray)} path(s) outside the capsule grammar: {_examples(stray)}",
+    )
+
+
+def test_ids(run: Run, capsule: CapsuleReader, audit: AuditRecorder) -> None:
+    levels: dict[str, list[str]] = {"test folders": list(capsule.inventory.test_dirs)}
+    for test_id, rels in capsule.inventory.pngs.items():
+        for level, position in (("conditions", 3), ("roles", 4), ("samples", 5)):
+            names = {rel.split("/")[position] for rel in rels}
+            if level == "samples":
+                names = {name[: -len(".png")] for name in names}
+            levels[f"{level} of test {test_id}"] = sorted(names)
+    problems: list[str] = []
+    if run.declared is not None:
+        if run.run_id != run.path.name:
+            problems.append(f"folder {run.path.name!r} differs from run_id {run.run_id!r}")
+        levels["declared run_id"] = [run.run_id]
+        levels["declared tests"] = [test.test_id for test in run.tests]
+        levels["declared selections"] = [test.selection_id for test in run.tests if test.selection_id]
+        for test in run.tests:
+            levels[f"conditions declared by {test.test_id}"] = list(test.conditions)
+            levels[f"roles declared by {test.test_id}"] = list(test.roles)
+    for level, names in levels.items():
+        unsafe = [name for name in names if not is_safe_id(name)]
+        if unsafe:
+            problems.append(f"unsafe {level}: {_examples(map(repr, unsafe))}")
+        if level.startswith("declared") and level != "declared selections" and duplicates(names):
+            problems.append(f"duplicate {level}: {_examples(duplicates(names))}")
+        for group in casefold_collisions(names):
+            problems.append(f"{level} collide after case folding: {' / '.join(group)}")
+    audit.evidence(problems=problems)
+    audit.require(not problems, f"run {run.run_id}: {len(problems)} id problem(s): {_examples(problems)}")
+
+
+# -- declarations -----------------------------------------------------------------------------------
+
+
+def _inventory_keys(value: Any, pointer: str = "") -> list[str]:
+    """Places where run.json enumerates files, which only the external pull manifest may do."""
+    found = []
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if key in INVENTORY_KEYS:
+                found.append(f"{pointer}/{key}")
+            found.extend(_inventory_keys(item, f"{pointer}/{key}"))
+    elif isinstance(value, list):
+        if any(
+            isinstance(item, dict) and "path" in item and ({"sha256", "bytes"} & item.keys())
+            for item in value
+        ):
+            found.append(pointer or "/")
+        for index, item in enumerate(value):
+            found.extend(_inventory_keys(item, f"{pointer}/{index}"))
+    return found
+
+
+def test_run_json_schema(run: Run, capsule: CapsuleReader, audit: AuditRecorder) -> None:
+    document = audit.need(capsule.json, "run.json")
+    audit.require(isinstance(document, dict), f"run {run.run_id}: run.json is not a JSON object")
+    inventory = _inventory_keys(document)
+    problems = [
+        f"lists capsule files at {pointer} (the inventory belongs to the pull manifest)"
+        for pointer in inventory
+    ]
+    problems += schema_problems("run", document)
+    declared_selections = {
+        item.get("selection_id") for item in document.get("selections", []) if isinstance(item, dict)
+    }
+    for test in run.tests:
+        if test.selection_id and test.selection_id not in declared_selections:
+            problems.append(
+                f"test {test.test_id} names selection {test.selection_id}, absent from selections[]"
+            )
+    audit.evidence(problems=problems)
+    audit.require(
+        not problems,
+        f"run {run.run_id}: run.json breaks the runaudit.run/1 contract: {_examples(problems)}",
+    )
+
+
+def test_config_hash(run: Run, capsule: CapsuleReader, audit: AuditRecorder) -> None:
+    if run.kind == "hardware":
+        audit.not_applicable("hardware capsules carry no config.yaml")
+    data = audit.need(capsule.bytes, "config.yaml")
+    import yaml  # deferred: only this audit parses YAML
+
+    try:
+        documents = list(yaml.safe_load_all(data))
+    except yaml.YAMLError as exc:
+        audit.fail(f"run {run.run_id}: config.yaml is not valid YAML: {str(exc).splitlines()[0]}")
+    audit.require(
+        len(documents) == 1 and isinstance(documents[0], dict),
+        f"run {run.run_id}: config.yaml must hold exactly one resolved mapping, "
+        f"found {len(documents)} document(s)",
+    )
+    config = run.get("config")
+    expected = config.get("sha256") if isinstance(config, Mapping) else None
+    if not isinstance(expected, str):
+        audit.not_run("run.json declares no config.sha256 (reported by capsule.run_json_schema)")
+    found = capsule.sha256("config.yaml")
+    audit.evidence(expected=expected, found=found)
+    audit.require(
+        found == expected,
+        f"run {run.run_id}: config.yaml has sha256 {found[:12]}…, run.json binds {expected[:12]}…: "
+        "the configuration changed after the run was declared",
+    )
+
+
+NUMERIC_COLUMNS = ("lr", "grad_norm", "wall_time_s", "loss_scale", "skipped_steps")
+
+
+def test_train_csv(run: Run, capsule: CapsuleReader, audit: AuditRecorder) -> None:
+    if run.kind == "hardware":
+        audit.not_applicable("hardware capsules carry no training history")
+    header, rows = audit.need(capsule.csv_rows, "train.csv")
+    missing = [name for name in ("epoch", "step", "train_loss") if name not in header]
+    audit.require(not missing, f"run {run.run_id}: train.csv lacks required column(s) {', '.join(missing)}")
+    audit.require(bool(rows), f"run {run.run_id}: train.csv has a header but no rows")
+    audit.require(
+        not duplicates(header),
+        f"run {run.run_id}: train.csv repeats column(s) {_examples(duplicates(header))}",
+    )
+    position = {name: index for index, name in enumerate(header)}
+    optional = [name for name in header if name in NUMERIC_COLUMNS or name.startswith("val_")]
+    problems = []
+    for line, row in enumerate(rows, start=2):
+        if len(row) != len(header):
+            problems.append(f"line {line}: {len(row)} fields, header has {len(header)}")
+            continue
+        for name in ("epoch", "step"):
+            if not row[position[name]].strip().lstrip("-").isdigit():
+                problems.append(f"line {line}: {name}={row[position[name]]!r} is not an integer")
+        for name in ("train_loss", *optional):
+            cell = row[position[name]].strip()
+            if cell == "" and name != "train_loss":
+                continue
+            try:
+                float(cell)
+            except ValueError:
+                problems.append(f"line {line}: {name}={cell!r} is not a number")
+    audit.evidence(rows=len(rows), columns=header, problems=problems)
+    audit.require(not problems, f"run {run.run_id}: train.csv: {_examples(problems)}")
+
+
+def test_tests_declared(run: Run, capsule: CapsuleReader, audit: AuditRecorder) -> None:
+    if run.declared is None:
+        audit.not_run(f"run.json is unreadable (reported by capsule.run_json_schema): {run.problem}")
+    declared = [test.test_id for test in run.tests]
+    found = set(capsule.inventory.test_dirs)
+    audit.evidence(declared=declared, found=sorted(found))
+    audit.require(
+        bool(declared), f"run {run.run_id}: run.json declares no tests; a capsule needs at least one"
+    )
+    audit.require(not duplicates(declared), f"run {run.run_id}: tests declared twice: {duplicates(declared)}")
+    undeclared = sorted(found - set(declared))
+    absent = sorted(set(declared) - found)
+    audit.require(
+        not undeclared and not absent,
+        f"run {run.run_id}: test folders differ from run.json tests: "
+        f"undeclared folder(s) {undeclared or 'none'}; declared but absent {absent or 'none'}",
+    )
+
+
+# -- per test -------------------------------------------------------------------------------------
+
+
+def test_metrics_schema(
+    run: Run, capsule: CapsuleReader, audit: AuditRecorder, declared_test: DeclaredTest | None
+) -> None:
+    test = _declared(audit, run, declared_test)
+    rel = f"{test.folder}/metrics.json"
+    document = audit.need(capsule.json, rel)
+    audit.require(isinstance(document, dict), f"run {run.run_id}: {rel} is not a JSON object")
+    problems = schema_problems("metrics", document)
+    expected = {
+        "run_id": run.run_id,
+        "test_id": test.test_id,
+        "split": test.split,
+        "n_test": test.n_test,
+        "protocol_id": run.protocol_id,
+        "ground_truth_status": test.ground_truth_status,
+        "metric_applicability": test.metric_applicability,
+        "checkpoint_sha256": _declared_checkpoint_sha(run),
+    }
+    for key, value in expected.items():
+        if key in document and document[key] != value:
+            problems.append(f"{key} is {document[key]!r}, run.json declares {value!r}")
+    rows = [row for row in document.get("metrics", []) if isinstance(row, dict)]
+    if test.metrics_apply:
+        protocol = {metric.name: metric for metric in run.metrics}
+        keys = [(row.get("metric"), row.get("condition_id")) for row in rows]
+        for row in rows:
+            declared = protocol.get(row.get("metric"))
+            if declared is None:
+                problems.append(f"metric {row.get('metric')!r} is not in the protocol")
+                continue
+            for field in ("direction", "aggregation", "precision"):
+                if row.get(field) != getattr(declared, field):
+                    problems.append(
+                        f"{declared.name}/{row.get('condition_id')}: {field} {row.get(field)!r}, "
+                        f"protocol declares {getattr(declared, field)!r}"
+                    )
+            if row.get("condition_id") not in test.conditions:
+                problems.append(
+                    f"condition {row.get('condition_id')!r} is not declared by test {test.test_id}"
+                )
+        problems += [f"{metric}/{condition} listed twice" for metric, condition in duplicates(keys)]
+        expected_keys = {(name, condition) for name in protocol for condition in test.conditions}
+        absent = sorted(expected_keys - set(keys))
+        problems += [f"no value for {metric}/{condition}" for metric, condition in absent]
+    audit.evidence(problems=problems)
+    audit.require(not problems, f"run {run.run_id}: {rel}: {_examples(problems)}")
+
+
+def _column_type(table: Any, name: str) -> str | None:
+    return str(table.schema.field(name).type) if name in table.column_names else None
+
+
+def test_results_table(
+    run: Run, capsule: CapsuleReader, audit: AuditRecorder, declared_test: DeclaredTest | None
+) -> None:
+    test = _declared(audit, run, declared_test)
+    rel = f"{test.folder}/results.parquet"
+    table = audit.need(capsule.table, rel)
+    required = {
+        "condition_id": ("string", "large_string"),
+        "sample_id": ("string", "large_string"),
+        "item_index": ("int64",),
+        "valid": ("bool",),
+        "forward_finite": ("bool",),
+    }
+    if test.metrics_apply:
+        for metric in run.metrics:
+            required[f"m.{metric.name}"] = ("double",)
+            if metric.aggregation == "sum_ratio":
+                required[f"num.{metric.name}"] = ("double",)
+                required[f"den.{metric.name}"] = ("double",)
+    problems = []
+    for name, types in required.items():
+        found = _column_type(table, name)
+        if found is None:
+            problems.append(f"column {name} is missing")
+        elif found not in types:
+            problems.append(f"column {name} is {found}, expected {' or '.join(types)}")
+        elif table.column(name).null_count:
+            problems.append(f"column {name} has {table.column(name).null_count} null(s)")
+    audit.require(not problems, f"run {run.run_id}: {rel}: {_examples(problems)}", problems=problems)
+
+    conditions = table.column("condition_id").to_pylist()
+    samples = table.column("sample_id").to_pylist()
+    indices = table.column("item_index").to_pylist()
+    valid = table.column("valid").to_pylist()
+    finite = table.column("forward_finite").to_pylist()
+    per_condition: dict[str, dict[str, int]] = defaultdict(dict)
+    for condition, sample, index in zip(conditions, samples, indices, strict=True):
+        if sample in per_condition[condition]:
+            problems.append(f"({condition}, {sample}) appears twice")
+        per_condition[condition][sample] = index
+    found_conditions = set(per_condition)
+    if found_conditions != set(test.conditions):
+        problems.append(
+            f"conditions {sorted(found_conditions)} differ from the declared {sorted(test.conditions)}"
+        )
+    reference = per_condition.get(test.conditions[0], {}) if test.conditions else {}
+    for condition, mapping in sorted(per_condition.items()):
+        if len(mapping) != test.n_test:
+            problems.append(f"condition {condition} has {len(mapping)} rows, n_test is {test.n_test}")
+        if mapping != reference:
+            problems.append(f"condition {condition} does not score the same items as {test.conditions[0]}")
+        if len(set(mapping.values())) != len(mapping):
+            problems.append(f"condition {condition} repeats item_index values")
+    unscorable = sum(1 for ok, is_valid in zip(finite, valid, strict=True) if not ok and is_valid)
+    if unscorable:
+        problems.append(f"{unscorable} row(s) are valid although forward_finite is false")
+    audit.evidence(rows=table.num_rows, problems=problems[:50])
+    audit.require(not problems, f"run {run.run_id}: {rel}: {_examples(problems)}")
+
+
+def _split_test_ids(
+    run: Run, capsule: CapsuleReader, audit: AuditRecorder, test: DeclaredTest
+) -> tuple[set[str], str]:
+    """The ids of the test split: from the split manifest when the run binds one, else results.parquet."""
+    split = run.get("split")
+    split_id = split.get("split_id") if isinstance(split, Mapping) else None
+    manifest = run.trust_path("splits", f"{split_id}.parquet") if split_id else None
+    if manifest is not None and manifest.is_file() and not manifest.is_symlink():
+        import pyarrow.compute as pc
+        import pyarrow.parquet as pq
+
+        table = pq.read_table(manifest, columns=["sample_id", "split"])
+        rows = table.filter(pc.equal(table.column("split"), test.split))
+        return set(rows.column("sample_id").to_pylist()), f"_trust/splits/{split_id}.parquet"
+    table = audit.need(capsule.table, f"{test.folder}/results.parquet")
+    return set(table.column("sample_id").to_pylist()), f"{test.folder}/results.parquet"
+
+
+def test_selection(
+    run: Run, capsule: CapsuleReader, audit: AuditRecorder, declared_test: DeclaredTest | None
+) -> None:
+    test = _declared(audit, run, declared_test)
+    sid = test.selection_id
+    declared = run.selections.get(sid) if sid else None
+    audit.require(
+        declared is not None,
+        f"run {run.run_id}: test {test.test_id} names selection {sid!r}, which run.json selections[] lacks",
+    )
+    document, sha = audit.need(capsule.trust_json, "selections", f"{sid}.json")
+    where = f"_trust/selections/{sid}.json"
+    audit.require(
+        sha == declared.get("sha256"),
+        f"run {run.run_id}: {where} has sha256 {sha[:12]}…, run.json binds {str(declared.get('sha256'))[:12]}…",
+    )
+    problems = schema_problems("selection", document)
+    audit.require(not problems, f"run {run.run_id}: {where}: {_examples(problems)}", problems=problems)
+    ids = document["sample_ids"]
+    n_test = test.n_test or 0
+    k = min(100, n_test)
+    checks = {
+        f"selection_id is {document['selection_id']!r}, expected {sid!r}": document["selection_id"] == sid,
+        f"n_test is {document['n_test']}, test {test.test_id} declares {n_test}": document["n_test"]
+        == n_test,
+        f"k is {document['k']}, expected min(100, n_test) = {k}": document["k"] == k,
+        f"lists {len(ids)} sample ids, k is {document['k']}": len(ids) == document["k"],
+        f"run.json binds k={declared.get('k')}, the file says {document['k']}": declared.get("k")
+        == document["k"],
+        f"repeats sample ids {_examples(duplicates(ids))}": not duplicates(ids),
+    }
+    problems = [message for message, holds in checks.items() if not holds]
+    audit.require(not problems, f"run {run.run_id}: {where}: {_examples(problems)}", problems=problems)
+    test_ids, source = _split_test_ids(run, capsule, audit, test)
+    outside = sorted(set(ids) - test_ids)
+    audit.evidence(k=k, method=document["method"], ids_checked_against=source)
+    audit.require(
+        not outside,
+        f"run {run.run_id}: {where} selects {len(outside)} id(s) outside the test split "
+        f"({source}): {_examples(outside)}",
+    )
+
+
+def test_vis_coverage(
+    run: Run, capsule: CapsuleReader, audit: AuditRecorder, declared_test: DeclaredTest | None
+) -> None:
+    test = _declared(audit, run, declared_test)
+    ids = _selection_ids(audit, capsule, test)
+    expected = {(c, r, s) for c in test.conditions for r in test.roles for s in ids}
+    found = capsule.inventory.vis_keys(test.test_id)
+    prefix = f"{test.folder}/vis/"
+    folders = {
+        tuple(rel[len(prefix) :].split("/"))
+        for rel, entry in capsule.inventory.entries.items()
+        if rel.startswith(prefix) and entry.kind == "dir"
+    }
+    allowed = {(c,) for c in test.conditions} | {(c, r) for c in test.conditions for r in test.roles}
+    missing = sorted(expected - found)
+    extra = sorted(found - expected)
+    extra_folders = sorted("/".join(parts) + "/" for parts in folders - allowed)
+    audit.evidence(
+        expected=len(expected),
+        found=len(found),
+        missing=["/".join(key) + ".png" for key in missing[:100]],
+        extra=["/".join(key) + ".png" for key in extra[:100]] + extra_folders,
+    )
+    audit.require(
+        not missing and not extra and not extra_folders,
+        f"run {run.run_id}: {prefix} covers {len(found & expected)}/{len(expected)} of conditions × roles × "
+        f"selection; missing {len(missing)}"
+        + (f" (e.g. {'/'.join(missing[0])}.png)" if missing else "")
+        + f", extra {len(extra) + len(extra_folders)}"
+        + (
+            f" (e.g. {('/'.join(extra[0]) + '.png') if extra else extra_folders[0]})"
+            if extra or extra_folders
+            else ""
+        ),
+    )
+
+
+def test_vis_decode(
+    run: Run, capsule: CapsuleReader, audit: AuditRecorder, declared_test: DeclaredTest | None
+) -> None:
+    test = _declared(audit, run, declared_test)
+    rels = capsule.inventory.pngs.get(test.test_id, ())
+    if not rels:
+        audit.not_run(f"test {test.test_id} has no PNGs to decode (reported by capsule.vis_coverage)")
+    from PIL import Image  # deferred: only this audit decodes images
+
+    sizes: dict[tuple[str, str], Counter[tuple[int, int]]] = defaultdict(Counter)
+    broken = []
+    for rel in rels:
+        *_, condition, role, _name = rel.split("/")
+        try:
+            with Image.open(capsule.path(rel), formats=["PNG"]) as image:
+                image.load()
+                size = image.size
+        except Exception as exc:  # Pillow signals bad data with several exception types
+            broken.append(f"{rel} ({type(exc).__name__}: {exc})")
+            continue
+        if size[0] < 1 or size[1] < 1:
+            broken.append(f"{rel} (empty image {size[0]}×{size[1]})")
+        sizes[(condition, role)][size] += 1
+    mixed = [
+        f"{condition}/{role} mixes sizes {sorted(counter)}"
+        for (condition, role), counter in sorted(sizes.items())
+        if len(counter) > 1
+    ]
+    audit.evidence(decoded=len(rels) - len(broken), broken=broken[:100], mixed_sizes=mixed)
+    audit.require(
+        not broken and not mixed,
+        f"run {run.run_id}: {len(broken)} of {len(rels)} PNG(s) under {test.folder}/vis do not decode"
+        + (f": {_examples(broken)}" if broken else "")
+        + (f"; {_examples(mixed)}" if mixed else ""),
+    )
+
+
+def _aggregate(aggregation: str, values: Any, numerators: Any, denominators: Any) -> float:
+    import numpy as np
+
+    if values.size == 0:
+        return math.nan
+    if aggregation == "mean":
+        return float(np.mean(values))
+    if aggregation == "median":
+        return float(np.median(values))
+    if aggregation == "sum_ratio":
+        return float(np.sum(numerators) / np.sum(denominators))
+    if aggregation == "iqm":
+        from scipy.stats import trim_mean
+
+        return float(trim_mean(values, 0.25))
+    raise ValueError(aggregation)
+
+
+def test_metrics_rederived(
+    run: Run,
+    capsule: CapsuleReader,
+    audit: AuditRecorder,
+    declared_metric: tuple[DeclaredTest, DeclaredMetric] | None,
+) -> None:
+    if declared_metric is None:
+        _declared(audit, run, run.tests[0] if run.tests else None)
+        if not any(test.metrics_apply for test in run.tests):
+            audit.not_applicable("no declared test has applicable metrics (no machine-readable ground truth)")
+        audit.not_run(f"run {run.run_id} declares no protocol metrics (reported by capsule.run_json_schema)")
+    test, metric = declared_metric
+    document = audit.need(capsule.json, f"{test.folder}/metrics.json")
+    table = audit.need(capsule.table, f"{test.folder}/results.parquet")
+    column = f"m.{metric.name}"
+    if column not in table.column_names:
+        audit.not_run(f"{test.folder}/results.parquet lacks {column} (reported by capsule.results_table)")
+    if metric.aggregation not in ("mean", "median", "sum_ratio", "iqm") or metric.precision is None:
+        audit.not_run(
+            f"metric {metric.name} declares no usable aggregation/precision (capsule.run_json_schema)"
+        )
+    import numpy as np
+
+    declared_rows = {
+        row.get("condition_id"): row
+        for row in document.get("metrics", [])
+        if isinstance(row, dict) and row.get("metric") == metric.name
+    }
+    condition_column = np.asarray(table.column("condition_id").to_pylist(), dtype=object)
+    valid = np.asarray(table.column("valid").to_pylist(), dtype=bool)
+    values = table.column(column).to_numpy(zero_copy_only=False)
+    ratio = metric.aggregation == "sum_ratio"
+    numerators = table.column(f"num.{metric.name}").to_numpy(zero_copy_only=False) if ratio else values
+    denominators = table.column(f"den.{metric.name}").to_numpy(zero_copy_only=False) if ratio else values
+    tolerance = 0.5 * 10 ** (-metric.precision) + 1e-12
+    compared, mismatches = {}, []
+    for condition in test.conditions:
+        row = declared_rows.get(condition)
+        if row is None:
+            continue
+        rows = (condition_column == condition) & valid
+        recomputed = _aggregate(metric.aggregation, values[rows], numerators[rows], denominators[rows])
+        declared_value = row.get("value")
+        compared[condition] = {"declared": declared_value, "recomputed": recomputed, "n": int(rows.sum())}
+        if not isinstance(declared_value, (int, float)) or not abs(declared_value - recomputed) <= tolerance:
+            mismatches.append(
+                f"{condition}: declared {declared_value}, re-derived {recomputed:.{metric.precision + 2}f}"
+            )
+    if not compared:
+        audit.not_run(
+            f"{test.folder}/metrics.json has no {metric.name} rows (reported by capsule.metrics_schema)"
+        )
+    audit.evidence(tolerance=tolerance, aggregation=metric.aggregation, conditions=compared)
+    audit.require(
+        not mismatches,
+        f"run {run.run_id}: {test.folder}/metrics.json {metric.name} does not re-derive from results.parquet "
+        f"at {metric.precision} decimals: {_examples(mismatches)}",
+    )
+
+
+def test_n_scored(
+    run: Run, capsule: CapsuleReader, audit: AuditRecorder, declared_test: DeclaredTest | None
+) -> None:
+    test = _declared(audit, run, declared_test)
+    document = audit.need(capsule.json, f"{test.folder}/metrics.json")
+    n_scored = document.get("n_scored")
+    if not isinstance(n_scored, int):
+        audit.not_run(
+            f"{test.folder}/metrics.json has no integer n_scored (reported by capsule.metrics_schema)"
+        )
+    where = f"run {run.run_id}: {test.folder}/metrics.json"
+    if not test.metrics_apply:
+        audit.require(
+            n_scored == 0, f"{where}: n_scored is {n_scored}, but metrics do not apply to this test"
+        )
+        audit.note("metrics do not apply; n_scored is 0")
+        return
+    table = audit.need(capsule.table, f"{test.folder}/results.parquet")
+    counts: Counter[str] = Counter(
+        condition
+        for condition, valid in zip(
+            table.column("condition_id").to_pylist(), table.column("valid").to_pylist(), strict=False
+        )
+        if valid
+    )
+    audit.evidence(n_scored=n_scored, valid_rows=dict(counts))
+    audit.require(
+        n_scored > 0,
+        f"{where}: n_scored is 0 although the test declares its metrics applicable: "
+        "a metric over zero items is not a result",
+    )
+    wrong = {
+        condition: counts.get(condition, 0)
+        for condition in test.conditions
+        if counts.get(condition, 0) != n_scored
+    }
+    audit.require(not wrong, f"{where}: n_scored is {n_scored}, but results.parquet has valid rows {wrong}")
+
+
+def test_ground_truth_branch(
+    run: Run, capsule: CapsuleReader, audit: AuditRecorder, declared_test: DeclaredTest | None
+) -> None:
+    test = _declared(audit, run, declared_test)
+    status, applicability = test.ground_truth_status, test.metric_applicability
+    where = f"run {run.run_id}: test {test.test_id}"
+    audit.require(
+        status is not None and applicability is not None,
+        f"{where}: ground_truth_status and metric_applicability must be declared; "
+        "the branch is never inferred from absent files",
+    )
+    audit.require(
+        (status == NO_GT) == (applicability == "not_applicable"),
+        f"{where}: ground_truth_status={status} requires metric_applicability="
+        f"{'not_applicable' if status == NO_GT else 'applicable'}, found {applicability}",
+    )
+    if status != NO_GT:
+        audit.note("ground truth available; metrics apply")
+        return
+    document = audit.need(capsule.json, f"{test.folder}/metrics.json")
+    table = audit.need(capsule.table, f"{test.folder}/results.parquet")
+    problems = []
+    reported = sorted({row.get("metric") for row in document.get("metrics", []) if isinstance(row, dict)})
+    if reported:
+        problems.append(f"metrics.json reports GT-derived metric(s) {reported}")
+    metric_columns = [name for name in table.column_names if name.startswith(("m.", "num.", "den."))]
+    if metric_columns:
+        problems.append(f"results.parquet carries metric column(s) {metric_columns}")
+    if "forward_finite" in table.column_names:
+        nonfinite = table.num_rows - sum(bool(value) for value in table.column("forward_finite").to_pylist())
+        if nonfinite:
+            problems.append(f"{nonfinite} row(s) are not forward_finite")
+    gt_roles = sorted(set(test.roles) & GROUND_TRUTH_ROLES)
+    if gt_roles:
+        problems.append(f"declares ground-truth/error role(s) {gt_roles}")
+    needed = {"prediction"} | ({"overlay"} if run.task in OVERLAY_TASKS else set())
+    if needed - set(test.roles):
+        problems.append(f"lacks role(s) {sorted(needed - set(test.roles))}")
+    audit.evidence(problems=problems)
+    audit.require(
+        not problems,
+        f"{where}: declared without machine-readable ground truth, yet {_examples(problems)}",
+    )

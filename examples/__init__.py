@@ -1,0 +1,1 @@
+"""Real, tiny training projects that produce real capsules (the bundled demo lives in ``digits``)."""

@@ -1,0 +1,85 @@
+"""The digits dataset, its stratified train/val/test split and the split manifest (capsule.md §8)."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+DATASET_ID = "sklearn-digits"
+SPLITS = ("train", "val", "test")
+
+
+@dataclass(frozen=True)
+class Digits:
+    images: np.ndarray  # uint8, (n, 8, 8), values 0..16
+    labels: np.ndarray  # int64, (n,)
+    sample_ids: tuple[str, ...]
+    version: str
+
+    @property
+    def content_sha256(self) -> str:
+        digest = hashlib.sha256(self.images.tobytes())
+        digest.update(self.labels.astype("<i8").tobytes())
+        return digest.hexdigest()
+
+    def item_sha256(self, index: int) -> str:
+        return hashlib.sha256(self.images[index].tobytes()).hexdigest()
+
+    def inputs(self, indices: np.ndarray) -> np.ndarray:
+        """Model inputs in [0, 1], shape (n, 1, 8, 8), float32."""
+        return (self.images[indices].astype(np.float32) / 16.0)[:, None]
+
+
+def load() -> Digits:
+    import sklearn
+    from sklearn.datasets import load_digits
+
+    bunch = load_digits()
+    images = bunch.images.astype(np.uint8)
+    return Digits(
+        images=images,
+        labels=bunch.target.astype(np.int64),
+        sample_ids=tuple(f"d{index:04d}" for index in range(len(images))),
+        version=f"sklearn-{sklearn.__version__}",
+    )
+
+
+def stratified_split(
+    labels: np.ndarray, *, seed: int, fractions: tuple[float, float]
+) -> dict[str, np.ndarray]:
+    """Per class, shuffle with ``seed`` and cut into train / val / test at ``fractions`` (val, test)."""
+    rng = np.random.default_rng(seed)
+    parts: dict[str, list[np.ndarray]] = {name: [] for name in SPLITS}
+    val_fraction, test_fraction = fractions
+    for label in np.unique(labels):
+        members = rng.permutation(np.flatnonzero(labels == label))
+        n_val = round(len(members) * val_fraction)
+        n_test = round(len(members) * test_fraction)
+        parts["val"].append(members[:n_val])
+        parts["test"].append(members[n_val : n_val + n_test])
+        parts["train"].append(members[n_val + n_test :])
+    return {name: np.sort(np.concatenate(chunks)) for name, chunks in parts.items()}
+
+
+def write_split_manifest(path: Path, data: Digits, split: dict[str, np.ndarray]) -> bytes:
+    """One row per item: where it went, its address in the source and the SHA-256 of its bytes."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from runaudit.atomic import write_atomic
+
+    rows = sorted((int(index), name) for name, indices in split.items() for index in indices)
+    table = pa.table(
+        {
+            "sample_id": pa.array([data.sample_ids[index] for index, _ in rows], pa.string()),
+            "split": pa.array([name for _, name in rows], pa.string()),
+            "path": pa.array([f"load_digits/images[{index}]" for index, _ in rows], pa.string()),
+            "sha256": pa.array([data.item_sha256(index) for index, _ in rows], pa.string()),
+            "label": pa.array([int(data.labels[index]) for index, _ in rows], pa.int64()),
+        }
+    )
+    write_atomic(path, lambda handle: pq.write_table(table, handle))
+    return path.read_bytes()

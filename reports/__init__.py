@@ -1,0 +1,1 @@
+"""Reports tell: the verdict collector (xdist controller only), the versioned JSON and the HTML page."""

@@ -1,0 +1,90 @@
+"""Collect settled verdicts on the xdist controller and write the report once, at session end."""
+
+from __future__ import annotations
+
+import copy
+import datetime as dt
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from runaudit.fixtures.plugin import strict_mode
+from runaudit.fixtures.run import Run
+from runaudit.fixtures.verdicts import Verdict, record_of
+from runaudit.reports import document, html
+
+from runaudit.atomic import write_bytes_atomic, write_json_atomic
+
+
+class VerdictReport:
+    """Registered in ``pytest_configure`` on the controller only, when ``--run`` is given."""
+
+    name = "runaudit-report"
+
+    def __init__(self, config: pytest.Config, run: Run) -> None:
+        self.config = config
+        self.run = run
+        self.started_utc = dt.datetime.now(dt.UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+        self.records: dict[str, dict[str, Any]] = {}
+        self.written: list[Path] = []
+
+    @property
+    def report_dir(self) -> Path:
+        chosen = self.config.getoption("runaudit_report_dir")
+        return chosen if chosen is not None else self.run.root / "reports"
+
+    @pytest.hookimpl
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        record = record_of(report)
+        if record is None or record["verdict"] is None:
+            return
+        decisive = report.when == "call" or report.outcome != "passed"
+        if decisive:
+            self.records[report.nodeid] = copy.deepcopy(record)
+
+    @pytest.hookimpl
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        if self.config.getoption("collectonly") or not self.records:
+            return
+        doc = document.build(
+            self.run,
+            self.records.values(),
+            started_utc=self.started_utc,
+            command=[Path(sys.argv[0]).name, *self.config.invocation_params.args],
+            strict=strict_mode(self.config),
+        )
+        stem = document.report_stem(self.run.run_id)
+        folder = self.report_dir
+        self.written = [
+            write_json_atomic(folder / f"{stem}.json", doc),
+            write_bytes_atomic(folder / f"{stem}.html", html.render(doc).encode("utf-8")),
+        ]
+
+    @pytest.hookimpl
+    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        if not self.records:
+            return
+        records = sorted(self.records.values(), key=lambda item: (item["audit"], item["subject"]))
+        findings = [r for r in records if r["verdict"] in (Verdict.DISCLOSED, Verdict.NOT_RUN)]
+        if findings:
+            terminalreporter.section(f"runaudit disclosures: {self.run.run_id}", sep="-")
+            declared_once: dict[str, str] = {}
+            for record in findings:
+                declared = record.get("declared")
+                if declared:
+                    declared_once.setdefault(
+                        declared["topic"],
+                        f"declared {declared['topic']}={declared['choice']}: {declared['note']}",
+                    )
+                    continue
+                word = "DISCLOSED" if record["verdict"] == Verdict.DISCLOSED else "NOT RUN"
+                subject = f"[{record['subject']}]" if record["subject"] else ""
+                affects = f" (affects {', '.join(record['affects'])})" if record["affects"] else ""
+                terminalreporter.write_line(
+                    f"{word} {record['audit']}{subject}: {record['message']}{affects}"
+                )
+            for line in declared_once.values():
+                terminalreporter.write_line(line)
+        for path in self.written:
+            terminalreporter.write_line(f"runaudit: wrote {path}")

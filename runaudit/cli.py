@@ -1,0 +1,38 @@
+"""The ``runaudit`` console script: one sub-command per runner verb.
+
+Each verb's module registers itself through ``add_verb(verbs)``. A refusal the user can act on
+(:class:`~runaudit.runners.RunnerError`) ends in one line on stderr and exit status 2; a verb that ran
+but whose evidence did not hold (a quarantined close, a refused receipt) exits 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Callable, Sequence
+
+import runaudit
+from runaudit.runners import RunnerError
+
+USAGE_ERROR = 2
+VERB_MODULES = ("runaudit.runners.close",)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="runaudit", description=runaudit.__doc__.splitlines()[0])
+    parser.add_argument("--version", action="version", version=f"runaudit {runaudit.__version__}")
+    verbs = parser.add_subparsers(dest="verb", required=True, metavar="VERB")
+    for name in VERB_MODULES:
+        importlib.import_module(name).add_verb(verbs)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    handler: Callable[[argparse.Namespace], int] = args.handler
+    try:
+        return handler(args)
+    except RunnerError as exc:
+        print(f"runaudit {args.verb}: error: {exc}", file=sys.stderr)
+        return USAGE_ERROR

@@ -1,0 +1,9 @@
+"""Runners move: thin verbs over the filesystem, rsync, SSH and tmux that prove what they did.
+
+``runaudit <verb>`` and ``python -m runaudit.runners <verb>`` are the same thing. Each verb lives in its
+own module, which exposes ``add_verb(verbs)`` to register its sub-command.
+"""
+
+
+class RunnerError(RuntimeError):
+    """A refusal the user can act on: printed as one line, never as a traceback (exit status 2)."""

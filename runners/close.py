@@ -1,0 +1,243 @@
+"""Close a run (capsule.md §1): active → export/.partial → audits → one atomic rename, or quarantine.
+
+Nothing is deleted and nothing is overwritten: ``active/<id>`` is copied, never moved; a sealed
+``export/<id>`` is never replaced; a candidate that fails its custody audits moves whole to
+``quarantine/<id>--<attempt-id>/`` with ``QUARANTINE_REASON.txt`` and the audit report beside it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import fcntl
+import hashlib
+import json
+import os
+import secrets
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from runaudit.fixtures.ids import is_safe_id
+from runaudit.fixtures.verdicts import AUDITS_DIR
+from runaudit.reports.document import report_stem
+from runaudit.runners import RunnerError
+
+import runaudit
+from runaudit.atomic import fsync_dir, write_bytes_atomic, write_json_atomic
+
+CLOSURE_GATES = ("test_capsule.py", "test_checkpoint.py")
+SEALED = ("config.yaml", "train.csv", "best.pth", "last.pth")
+REASON_FILE = "QUARANTINE_REASON.txt"
+REPORT_FILE = "AUDIT_REPORT.json"
+
+
+class CloseError(RunnerError):
+    """Closing was refused before anything moved; the message is the line the user sees."""
+
+
+@dataclass(frozen=True)
+class CloseResult:
+    run_id: str
+    sealed: bool
+    path: Path  # export/<id> when sealed, quarantine/<id>--<attempt> when not
+    reason: str
+    report: dict[str, Any] | None
+
+
+def utc_now() -> str:
+    return dt.datetime.now(dt.UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+def new_attempt_id() -> str:
+    return f"{dt.datetime.now(dt.UTC):%Y%m%dT%H%M%SZ}-{secrets.token_hex(3)}"
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+@contextmanager
+def _locked(folder: Path) -> Iterator[None]:
+    """One closer at a time per export folder (the check-then-rename must not race)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    with (folder / ".close.lock").open("a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def seal_bindings(draft: dict[str, Any], candidate: Path, root: Path) -> dict[str, Any]:
+    """The producer's declaration plus the identity hashes of the bytes being sealed.
+
+    A binding the producer already declared is kept as declared, so that a stale one is caught by the
+    audits instead of being silently recomputed.
+    """
+    sealed = json.loads(json.dumps(draft))
+    sealed["state"] = "closed"
+    sealed["closed_utc"] = utc_now()
+    if (candidate / "config.yaml").is_file() and isinstance(sealed.get("config"), dict):
+        sealed["config"].setdefault("sha256", sha256_file(candidate / "config.yaml"))
+    for role in ("best", "last"):
+        checkpoint = sealed.get("checkpoints", {}).get(role)
+        if isinstance(checkpoint, dict) and (candidate / f"{role}.pth").is_file():
+            checkpoint.setdefault("sha256", sha256_file(candidate / f"{role}.pth"))
+    for selection in sealed.get("selections", []):
+        path = root / "_trust" / "selections" / f"{selection.get('selection_id')}.json"
+        if isinstance(selection, dict) and is_safe_id(selection.get("selection_id")) and path.is_file():
+            selection.setdefault("sha256", sha256_file(path))
+    return sealed
+
+
+def audit_candidate(candidate: Path, root: Path) -> tuple[dict[str, Any] | None, str]:
+    """Run the closure gates on the candidate in a fresh pytest process, strictly."""
+    modules = [str(AUDITS_DIR / name) for name in CLOSURE_GATES if (AUDITS_DIR / name).is_file()]
+    checkout = str(Path(runaudit.__file__).resolve().parent.parent)
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [checkout, os.environ.get("PYTHONPATH")])),
+    }
+    with tempfile.TemporaryDirectory(prefix="runaudit-close-") as reports:
+        command = [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-c",
+            os.devnull,
+            "--rootdir",
+            str(candidate),
+            "-p",
+            "runaudit.fixtures.plugin",
+            "-p",
+            "no:cacheprovider",
+            "-q",
+            "--run",
+            str(candidate),
+            "--root",
+            str(root),
+            "--report-dir",
+            reports,
+            "--strict",
+            "-m",
+            "custody",
+            *modules,
+        ]
+        done = subprocess.run(command, capture_output=True, text=True, env=env, cwd=root)
+        report_path = Path(reports) / f"{report_stem(candidate.name)}.json"
+        if not report_path.is_file():
+            tail = (done.stdout + done.stderr).strip().splitlines()[-5:]
+            return None, "the closure audits did not produce a report: " + " | ".join(tail)
+        return json.loads(report_path.read_text(encoding="utf-8")), done.stdout
+
+
+def _failures(report: dict[str, Any]) -> list[str]:
+    return [
+        f"{item['audit']}[{item['subject']}] {item['verdict']}: {item['message']}"
+        if item["subject"]
+        else f"{item['audit']} {item['verdict']}: {item['message']}"
+        for item in report["verdicts"]
+        if item["verdict"] not in ("passed", "not_applicable")
+    ]
+
+
+def quarantine(candidate: Path, root: Path, run_id: str, reason: str, report: dict[str, Any] | None) -> Path:
+    target = root / "quarantine" / f"{run_id}--{new_attempt_id()}"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    os.rename(candidate, target)
+    fsync_dir(target.parent)
+    write_bytes_atomic(target / REASON_FILE, (reason.rstrip() + "\n").encode("utf-8"))
+    if report is not None:
+        write_json_atomic(target / REPORT_FILE, report)
+    return target
+
+
+def close_run(root: Path, run_id: str, *, log: Callable[[str], None] = lambda line: None) -> CloseResult:
+    """Seal ``root/active/<run_id>`` as ``root/export/<run_id>``, or quarantine the attempt."""
+    if not is_safe_id(run_id):
+        raise CloseError(f"close: run id {run_id!r} is not a safe id (^[A-Za-z0-9][A-Za-z0-9._-]*$)")
+    root = root.resolve()
+    active = root / "active" / run_id
+    exports = root / "export"
+    final = exports / run_id
+    candidate = exports / ".partial" / run_id
+    if not active.is_dir():
+        raise CloseError(f"close {run_id}: {active} does not exist; there is no active run to close")
+    if final.exists():
+        raise CloseError(
+            f"close {run_id}: {final} is already sealed; a sealed capsule is never overwritten, "
+            "a re-run mints a new run id"
+        )
+    try:
+        draft = json.loads((active / "run.json").read_bytes())
+    except FileNotFoundError:
+        raise CloseError(
+            f"close {run_id}: {active / 'run.json'} is missing; the producer must declare the run"
+        ) from None
+    except ValueError as exc:
+        raise CloseError(f"close {run_id}: {active / 'run.json'} is not valid JSON ({exc})") from None
+    if not isinstance(draft, dict):
+        raise CloseError(f"close {run_id}: {active / 'run.json'} must hold a JSON object")
+
+    with _locked(exports):
+        if candidate.exists():
+            stale = quarantine(candidate, root, run_id, "stale candidate left by an interrupted close", None)
+            log(f"close {run_id}: moved a stale candidate to {stale}")
+        candidate.mkdir(parents=True)
+        for name in SEALED:
+            if (active / name).is_file():
+                shutil.copy2(active / name, candidate / name)
+        if (active / "test").is_dir():
+            shutil.copytree(active / "test", candidate / "test", symlinks=True)
+        write_json_atomic(candidate / "run.json", seal_bindings(draft, candidate, root))
+        fsync_dir(candidate)
+
+        log(f"close {run_id}: auditing the candidate at {candidate}")
+        report, output = audit_candidate(candidate, root)
+        failures = [output] if report is None else _failures(report)
+        if not failures and final.exists():
+            failures = [f"{final} appeared while the candidate was audited; it is never overwritten"]
+        if failures:
+            reason = f"close {run_id} refused at {utc_now()}: {len(failures)} closure audit(s) did not pass\n"
+            reason += "".join(f"- {line}\n" for line in failures)
+            target = quarantine(candidate, root, run_id, reason, report)
+            return CloseResult(run_id, False, target, reason, report)
+        os.rename(candidate, final)
+        fsync_dir(exports)
+    passed = sum(1 for item in report["verdicts"] if item["verdict"] == "passed")
+    return CloseResult(run_id, True, final, f"{passed} closure audits passed", report)
+
+
+def existing_dir(value: str) -> Path:
+    path = Path(value).expanduser()
+    if not path.is_dir():
+        raise argparse.ArgumentTypeError(f"not an existing directory: {value}")
+    return path
+
+
+def _main(args: argparse.Namespace) -> int:
+    result = close_run(args.root, args.run_id, log=lambda line: print(line, file=sys.stderr))
+    if result.sealed:
+        print(f"close {result.run_id}: sealed {result.path} ({result.reason})")
+        return 0
+    print(result.reason.rstrip(), file=sys.stderr)
+    print(f"close {result.run_id}: quarantined at {result.path}", file=sys.stderr)
+    return 1
+
+
+def add_verb(verbs: argparse._SubParsersAction) -> None:
+    parser = verbs.add_parser("close", help="seal active/<id> as export/<id> once the closure audits pass")
+    parser.add_argument("run_id", metavar="RUN_ID")
+    parser.add_argument("--root", type=existing_dir, default=Path.cwd(), help="project root (default: .)")
+    parser.set_defaults(handler=_main)
