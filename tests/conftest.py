@@ -1,0 +1,72 @@
+"""Shared fixtures of the harness's own tests: the real demo project, and running audits as users do."""
+
+from __future__ import annotations
+
+import io
+import json
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from runaudit.examples.digits.build import DEMO_RUN_ID, ensure_demo
+
+
+@pytest.fixture(scope="session")
+def demo_project(tmp_path_factory: pytest.TempPathFactory, worker_id: str) -> Path:
+    """A project root holding the sealed demo capsule, trained once per test session.
+
+    Under xdist the workers share one root (``ensure_demo`` serialises them with a file lock).
+    """
+    base = tmp_path_factory.getbasetemp()
+    root = (base.parent if worker_id != "master" else base) / "demo-project"
+    ensure_demo(root, progress=io.StringIO())
+    return root
+
+
+@pytest.fixture
+def project(demo_project: Path, tmp_path: Path) -> Path:
+    """A private copy of the demo project, free to damage."""
+    copy = tmp_path / "project"
+    shutil.copytree(demo_project, copy, symlinks=True, ignore=shutil.ignore_patterns("*.lock", "reports"))
+    return copy
+
+
+@pytest.fixture
+def capsule_dir(project: Path) -> Path:
+    return project / "export" / DEMO_RUN_ID
+
+
+@dataclass
+class AuditRun:
+    """One harness run through pytester, and the JSON report it wrote."""
+
+    result: pytest.RunResult
+    report: dict[str, Any] | None
+
+    def verdicts(self, verdict: str) -> set[str]:
+        """Audit ids (``gate.check``) that ended with ``verdict``."""
+        return {item["audit"] for item in (self.report or {}).get("verdicts", []) if item["verdict"] == verdict}
+
+    def find(self, audit: str) -> list[dict[str, Any]]:
+        return [item for item in (self.report or {}).get("verdicts", []) if item["audit"] == audit]
+
+
+@pytest.fixture
+def run_audits(pytester: pytest.Pytester) -> Callable[..., AuditRun]:
+    """Run ``pytest --run=<run> --root=<root> [args]`` the way users do; return the outcome and report."""
+
+    def run(run: str | Path, root: Path, *args: str, report_stem: str | None = None) -> AuditRun:
+        reports = pytester.path / "reports"
+        result = pytester.runpytest(
+            "-p", "runaudit.fixtures.plugin", "-p", "no:cacheprovider",
+            "--run", str(run), "--root", str(root), "--report-dir", str(reports), *args,
+        )
+        stem = report_stem or Path(str(run)).name
+        path = reports / f"{stem}.json"
+        return AuditRun(result, json.loads(path.read_text()) if path.is_file() else None)
+
+    return run

@@ -1,0 +1,24 @@
+"""The bundled demo is a real run: trained, sealed, clearly above chance, and clean under every capsule audit."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from runaudit.examples.digits.build import DEMO_RUN_ID
+
+
+def test_demo_capsule_passes_every_capsule_audit(run_audits, demo_project: Path) -> None:
+    outcome = run_audits(DEMO_RUN_ID, demo_project, "-m", "custody")
+    assert outcome.result.ret == 0, outcome.result.stdout.str()
+    assert outcome.report is not None
+    capsule = [item for item in outcome.report["verdicts"] if item["audit"].startswith("capsule.")]
+    assert capsule and {item["verdict"] for item in capsule} == {"passed"}
+    assert outcome.report["custody_ok"] is True
+
+
+def test_demo_model_is_clearly_above_chance(demo_project: Path) -> None:
+    metrics = json.loads((demo_project / "export" / DEMO_RUN_ID / "test" / "main" / "metrics.json").read_text())
+    accuracy = {row["condition_id"]: row["value"] for row in metrics["metrics"] if row["metric"] == "accuracy"}
+    assert accuracy["clean"] > 0.9  # chance is 0.1 on ten classes
+    assert accuracy["noise"] > 0.5
