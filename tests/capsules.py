@@ -381,6 +381,25 @@ def duplicate_result_row(capsule: Path, root: Path) -> None:
     )
 
 
+def items_differ_across_conditions(capsule: Path, root: Path) -> None:
+    """Two samples of the noise condition trade item_index: the conditions no longer pair item by item."""
+
+    def swap(table: pa.Table) -> pa.Table:
+        indices = table.column("item_index").to_pylist()
+        noise = [
+            row
+            for row, condition in enumerate(table.column("condition_id").to_pylist())
+            if condition == "noise"
+        ]
+        first, second = noise[:2]
+        indices[first], indices[second] = indices[second], indices[first]
+        return table.set_column(
+            table.column_names.index("item_index"), "item_index", pa.array(indices, pa.int64())
+        )
+
+    rewrite_table(_demo_test(capsule) / "results.parquet", swap)
+
+
 def missing_test_folder(capsule: Path, root: Path) -> None:
     shutil.rmtree(_demo_test(capsule))
 
@@ -487,6 +506,7 @@ DEFECTS = (
     Defect("metrics-json-truncated", "capsule.metrics_schema", metrics_json_truncated),
     Defect("results-not-parquet", "capsule.results_table", results_not_parquet),
     Defect("duplicate-result-row", "capsule.results_table", duplicate_result_row),
+    Defect("items-differ-across-conditions", "capsule.results_table", items_differ_across_conditions),
     Defect("missing-test-folder", "capsule.tests_declared", missing_test_folder),
     Defect("missing-vis-folder", "capsule.required_paths", missing_vis_folder),
     Defect("selection-roster-swapped", "capsule.selection", selection_roster_swapped),
