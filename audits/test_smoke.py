@@ -4,7 +4,8 @@ Every audit takes the project's pieces from its smoke adapter (fixtures/adapter.
 fresh training state, so any one audit can run alone. A green smoke is necessary, not sufficient: it
 catches import, configuration, shape, scale, wiring and checkpoint bugs, never convergence. Ids follow
 verify-spec §2.1: gates fail (runs, finite_loss, params_update, loss_floor, the two round trips); the
-rest disclose.
+rest disclose. torch and the probes are imported only once the adapter has answered, so a session
+without an adapter never imports torch.
 """
 
 from __future__ import annotations
@@ -79,9 +80,10 @@ def test_runs(adapter: Adapter, audit: AuditRecorder) -> None:
 
 def test_finite_loss(adapter: Adapter, audit: AuditRecorder) -> None:
     """SMK-02 and SMK-10: the training loss is a finite scalar that autograd can differentiate."""
+    state = adapter.new_state()
+
     import torch
 
-    state = adapter.new_state()
     loss = adapter.call(LOSS, adapter.fixture(LOSS), state.model, adapter.fixture(TRAIN_BATCH))
     where = f"{adapter.label}: the training loss on the train batch"
     audit.require(
@@ -103,9 +105,10 @@ def test_finite_loss(adapter: Adapter, audit: AuditRecorder) -> None:
 
 def test_train_eval_parity(adapter: Adapter, audit: AuditRecorder) -> None:
     """SMK-03: one raw sample through the training and the evaluation input paths gives one tensor."""
+    paths = adapter.fixture(INPUT_PATHS)
+
     import torch
 
-    paths = adapter.fixture(INPUT_PATHS)
     if not paths.raw:
         audit.not_run(f"{adapter.label}: {INPUT_PATHS} holds no raw samples")
 
@@ -141,9 +144,10 @@ def test_train_eval_parity(adapter: Adapter, audit: AuditRecorder) -> None:
 
 def test_eval_mode(adapter: Adapter, audit: AuditRecorder) -> None:
     """SMK-04: the evaluation forward runs every module in eval mode, without autograd."""
+    state = adapter.new_state()
+
     from runaudit.fixtures import training as probe
 
-    state = adapter.new_state()
     predict, inputs = adapter.fixture(PREDICT), adapter.fixture(EVAL_BATCH).inputs
     state.model.train()  # the evaluator is called from the training loop, with the model in training mode
     training, grad = adapter.call(
@@ -169,9 +173,10 @@ def test_eval_mode(adapter: Adapter, audit: AuditRecorder) -> None:
 
 def test_gradient_flow(adapter: Adapter, audit: AuditRecorder) -> None:
     """SMK-05 and SMK-10: one backward on the train batch reaches every trainable tensor."""
+    state = adapter.new_state()
+
     from runaudit.fixtures import training as probe
 
-    state = adapter.new_state()
     loss, batch = adapter.fixture(LOSS), adapter.fixture(TRAIN_BATCH)
 
     def backward() -> tuple[list[str], list[str]]:
@@ -205,9 +210,10 @@ def test_gradient_flow(adapter: Adapter, audit: AuditRecorder) -> None:
 
 def test_params_update(adapter: Adapter, audit: AuditRecorder) -> None:
     """SMK-08 and SMK-09: steps move the trainable tensors, and only them; the optimizer holds exactly them."""
+    state = adapter.new_state()
+
     from runaudit.fixtures import training as probe
 
-    state = adapter.new_state()
     model = state.model
     before, frozen = probe.tensors(model), probe.frozen(model)
     trainable = list(probe.trainable(model))
@@ -251,10 +257,11 @@ def test_params_update(adapter: Adapter, audit: AuditRecorder) -> None:
 def test_loss_floor(adapter: Adapter, audit: AuditRecorder) -> None:
     """SMK-12: fed random extreme outputs, and outputs optimised toward the targets, the loss stays
     finite and never below its floor (0 for cross-entropy, BCE, MSE unless the adapter says otherwise)."""
+    state = adapter.new_state()
+
     import torch
     from runaudit.fixtures import training as probe
 
-    state = adapter.new_state()
     model, loss, batch = state.model, adapter.fixture(LOSS), adapter.fixture(TRAIN_BATCH)
     floor = float(adapter.optional(LOSS_FLOOR, 0.0))
     own_forward, captured = model.forward, []
@@ -316,9 +323,10 @@ def test_loss_floor(adapter: Adapter, audit: AuditRecorder) -> None:
 
 def test_resume_roundtrip(adapter: Adapter, audit: AuditRecorder, tmp_path: Path) -> None:
     """Train, save, restore in a fresh state, continue: equal to the run that was never interrupted."""
+    save, load = adapter.fixture(SAVE), adapter.fixture(LOAD)
+
     from runaudit.fixtures import training as probe
 
-    save, load = adapter.fixture(SAVE), adapter.fixture(LOAD)
     start = global_rng_state()
     first = adapter.new_state()
     built = global_rng_state()

@@ -403,6 +403,18 @@ def test_without_an_adapter_every_smoke_audit_is_not_run(run_audits, pytester: p
     assert strict.result.ret == 1  # an unaudited smoke never passes a strict gate
 
 
+def test_a_session_without_an_adapter_never_imports_torch(pytester: pytest.Pytester) -> None:
+    (pytester.path / "project" / "active" / "plan").mkdir(parents=True)
+    pytester.makepyfile(
+        torch_probe="import sys\n\n\ndef pytest_unconfigure():\n    print('torch imported:', 'torch' in sys.modules)\n"
+    )
+    result = pytester.runpytest_subprocess(
+        "-p", "torch_probe", "-p", "runaudit.fixtures.plugin", "--run", "plan", "--root", "project"
+    )
+    assert result.ret == 0
+    result.stdout.fnmatch_lines(["*not run*", "torch imported: False"])
+
+
 def test_a_capsule_writer_whose_capsule_is_quarantined_fails_capsule_roundtrip(smoke) -> None:
     outcome = smoke(
         """
