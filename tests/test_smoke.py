@@ -403,6 +403,26 @@ def test_without_an_adapter_every_smoke_audit_is_not_run(run_audits, pytester: p
     assert strict.result.ret == 1  # an unaudited smoke never passes a strict gate
 
 
+def test_the_project_code_runs_on_cpu_on_one_thread_with_trackers_off(smoke) -> None:
+    outcome = smoke(
+        """
+        import os
+
+        def checked():
+            assert os.environ["CUDA_VISIBLE_DEVICES"] == "" and os.environ["WANDB_MODE"] == "disabled"
+            assert torch.get_num_threads() == 1
+            return healthy.build()
+
+        @pytest.fixture
+        def smoke_state():
+            return checked
+        """,
+        "-k",
+        "runs",
+    )
+    assert verdicts(outcome.report) == {"smoke.runs": "passed"}
+
+
 def test_a_session_without_an_adapter_never_imports_torch(pytester: pytest.Pytester) -> None:
     (pytester.path / "project" / "active" / "plan").mkdir(parents=True)
     pytester.makepyfile(
