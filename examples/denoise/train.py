@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from runaudit.examples.denoise.evaluate import mean_psnr
 from runaudit.examples.denoise.model import Denoiser
 from runaudit.examples.digits import data as digits_data
 from torch import nn
@@ -109,8 +110,6 @@ def fit(
     workdir: Path, config: dict[str, Any], *, log: Callable[[str], None] = lambda line: None
 ) -> DenoiseTrainer:
     """Train to ``config['train']['epochs']``, resuming from ``workdir/latest.pth`` when it exists."""
-    from runaudit.examples.denoise.evaluate import mean_psnr
-
     workdir.mkdir(parents=True, exist_ok=True)
     latest = workdir / "latest.pth"
     trainer = DenoiseTrainer.resume(config, latest) if latest.exists() else DenoiseTrainer(config)
