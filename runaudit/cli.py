@@ -16,7 +16,7 @@ import runaudit
 from runaudit.runners import RunnerError
 
 USAGE_ERROR = 2
-VERB_MODULES = ("runaudit.runners.close",)
+VERB_MODULES = ("runaudit.runners.close", "runaudit.runners.manifest", "runaudit.runners.custody")
 
 
 def build_parser() -> argparse.ArgumentParser:

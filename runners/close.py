@@ -10,27 +10,22 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import fcntl
-import hashlib
 import json
 import os
 import secrets
 import shutil
-import subprocess
 import sys
-import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from runaudit.fixtures.ids import is_safe_id
-from runaudit.fixtures.verdicts import AUDITS_DIR
-from runaudit.reports.document import report_stem
-from runaudit.runners import RunnerError
-
-import runaudit
 from runaudit.atomic import fsync_dir, write_bytes_atomic, write_json_atomic
+from runaudit.fixtures.hashing import sha256_file
+from runaudit.fixtures.ids import is_safe_id
+from runaudit.runners import RunnerError, existing_dir
+from runaudit.runners.suite import failures, run_suite
 
 CLOSURE_GATES = ("test_capsule.py", "test_checkpoint.py")
 SEALED = ("config.yaml", "train.csv", "best.pth", "last.pth")
@@ -57,14 +52,6 @@ def utc_now() -> str:
 
 def new_attempt_id() -> str:
     return f"{dt.datetime.now(dt.UTC):%Y%m%dT%H%M%SZ}-{secrets.token_hex(3)}"
-
-
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for chunk in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 @contextmanager
@@ -99,57 +86,6 @@ def seal_bindings(draft: dict[str, Any], candidate: Path, root: Path) -> dict[st
         if isinstance(selection, dict) and is_safe_id(selection.get("selection_id")) and path.is_file():
             selection.setdefault("sha256", sha256_file(path))
     return sealed
-
-
-def audit_candidate(candidate: Path, root: Path) -> tuple[dict[str, Any] | None, str]:
-    """Run the closure gates on the candidate in a fresh pytest process, strictly."""
-    modules = [str(AUDITS_DIR / name) for name in CLOSURE_GATES if (AUDITS_DIR / name).is_file()]
-    checkout = str(Path(runaudit.__file__).resolve().parent.parent)
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join(filter(None, [checkout, os.environ.get("PYTHONPATH")])),
-    }
-    with tempfile.TemporaryDirectory(prefix="runaudit-close-") as reports:
-        command = [
-            sys.executable,
-            "-m",
-            "pytest",
-            "-c",
-            os.devnull,
-            "--rootdir",
-            str(candidate),
-            "-p",
-            "runaudit.fixtures.plugin",
-            "-p",
-            "no:cacheprovider",
-            "-q",
-            "--run",
-            str(candidate),
-            "--root",
-            str(root),
-            "--report-dir",
-            reports,
-            "--strict",
-            "-m",
-            "custody",
-            *modules,
-        ]
-        done = subprocess.run(command, capture_output=True, text=True, env=env, cwd=root)
-        report_path = Path(reports) / f"{report_stem(candidate.name)}.json"
-        if not report_path.is_file():
-            tail = (done.stdout + done.stderr).strip().splitlines()[-5:]
-            return None, "the closure audits did not produce a report: " + " | ".join(tail)
-        return json.loads(report_path.read_text(encoding="utf-8")), done.stdout
-
-
-def _failures(report: dict[str, Any]) -> list[str]:
-    return [
-        f"{item['audit']}[{item['subject']}] {item['verdict']}: {item['message']}"
-        if item["subject"]
-        else f"{item['audit']} {item['verdict']}: {item['message']}"
-        for item in report["verdicts"]
-        if item["verdict"] not in ("passed", "not_applicable")
-    ]
 
 
 def quarantine(candidate: Path, root: Path, run_id: str, reason: str, report: dict[str, Any] | None) -> Path:
@@ -204,26 +140,19 @@ def close_run(root: Path, run_id: str, *, log: Callable[[str], None] = lambda li
         fsync_dir(candidate)
 
         log(f"close {run_id}: auditing the candidate at {candidate}")
-        report, output = audit_candidate(candidate, root)
-        failures = [output] if report is None else _failures(report)
-        if not failures and final.exists():
-            failures = [f"{final} appeared while the candidate was audited; it is never overwritten"]
-        if failures:
-            reason = f"close {run_id} refused at {utc_now()}: {len(failures)} closure audit(s) did not pass\n"
-            reason += "".join(f"- {line}\n" for line in failures)
+        report, output = run_suite(candidate, root, modules=CLOSURE_GATES, args=("-m", "custody"))
+        problems = [output] if report is None else failures(report)
+        if not problems and final.exists():
+            problems = [f"{final} appeared while the candidate was audited; it is never overwritten"]
+        if problems:
+            reason = f"close {run_id} refused at {utc_now()}: {len(problems)} closure audit(s) did not pass\n"
+            reason += "".join(f"- {line}\n" for line in problems)
             target = quarantine(candidate, root, run_id, reason, report)
             return CloseResult(run_id, False, target, reason, report)
         os.rename(candidate, final)
         fsync_dir(exports)
     passed = sum(1 for item in report["verdicts"] if item["verdict"] == "passed")
     return CloseResult(run_id, True, final, f"{passed} closure audits passed", report)
-
-
-def existing_dir(value: str) -> Path:
-    path = Path(value).expanduser()
-    if not path.is_dir():
-        raise argparse.ArgumentTypeError(f"not an existing directory: {value}")
-    return path
 
 
 def _main(args: argparse.Namespace) -> int:

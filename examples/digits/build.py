@@ -153,24 +153,41 @@ def produce(root: Path, run_id: str, config: dict[str, Any], *, log: Any = print
 
 
 def ensure_demo(root: Path, *, progress: IO[str]) -> Path:
-    """``root/export/demo``, trained, evaluated and sealed on first use (one builder at a time)."""
+    """``root/export/demo``, trained, evaluated, sealed, listed and verified on first use.
+
+    The demo walks the whole custody chain of a real run: close, the producer's pull manifest, and the
+    receipt written once every custody audit passed (here producer and consumer share one folder).
+    An interrupted build resumes at the step it did not finish; one builder runs at a time.
+    """
+    from runaudit.fixtures.manifest import MANIFEST, RECEIPT, pulls_dir
     from runaudit.runners.close import close_run
+    from runaudit.runners.custody import write_receipt
+    from runaudit.runners.manifest import build_manifest
 
     sealed = root / "export" / DEMO_RUN_ID
-    if sealed.is_dir():
+    pull = pulls_dir(root) / DEMO_RUN_ID
+    if (pull / RECEIPT).is_file():
         return sealed
     root.mkdir(parents=True, exist_ok=True)
     with (root / ".demo-build.lock").open("a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        if sealed.is_dir():
+        if (pull / RECEIPT).is_file():
             return sealed
         started = time.perf_counter()
         progress.write(f"runaudit: building the demo run under {root} (first use only)\n")
-        produce(root, DEMO_RUN_ID, DEFAULT_CONFIG, log=lambda line: progress.write(f"  {line}\n"))
-        result = close_run(root, DEMO_RUN_ID, log=lambda line: progress.write(f"  {line}\n"))
-        if not result.sealed:
-            raise DemoBuildError(
-                f"the demo failed its closure audits; see {result.path / 'QUARANTINE_REASON.txt'}"
-            )
-        progress.write(f"runaudit: demo sealed at {sealed} in {time.perf_counter() - started:.1f} s\n")
+
+        def log(line: str) -> None:
+            progress.write(f"  {line}\n")
+
+        if not sealed.is_dir():
+            produce(root, DEMO_RUN_ID, DEFAULT_CONFIG, log=log)
+            result = close_run(root, DEMO_RUN_ID, log=log)
+            if not result.sealed:
+                raise DemoBuildError(f"the demo failed its closure audits; see {result.path / 'QUARANTINE_REASON.txt'}")
+        if not (pull / MANIFEST).is_file():
+            build_manifest(root, [DEMO_RUN_ID], DEMO_RUN_ID, log=log)
+        verification = write_receipt(root, DEMO_RUN_ID, log=log)
+        if not verification.ok:
+            raise DemoBuildError(f"the demo's pull did not verify: {verification.problems[0]}")
+        progress.write(f"runaudit: demo sealed and verified at {sealed} in {time.perf_counter() - started:.1f} s\n")
     return sealed

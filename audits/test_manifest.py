@@ -1,0 +1,164 @@
+"""Manifest gate (custody): the pulled bytes match the producer's exact roster, sizes and SHA-256.
+
+Missing and unexpected files both fail; a receipt binds one manifest version and nothing else.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from runaudit.fixtures import manifest as manifests
+from runaudit.fixtures.custody import Custody
+from runaudit.fixtures.ids import duplicates, is_safe_id
+from runaudit.fixtures.run import Run
+from runaudit.fixtures.schema import schema_problems
+from runaudit.fixtures.verdicts import AuditRecorder
+
+pytestmark = pytest.mark.custody
+
+SHOWN = 5
+
+
+def _examples(items: list[Any]) -> str:
+    shown = ", ".join(map(str, items[:SHOWN]))
+    return f"{shown}, ... ({len(items)} in all)" if len(items) > SHOWN else shown
+
+
+def test_present(run: Run, custody: Custody, audit: AuditRecorder) -> None:
+    inside = [
+        rel for rel in custody.tree.files
+        if rel.rsplit("/", 1)[-1] in (manifests.MANIFEST, manifests.RECEIPT)
+    ]
+    audit.require(
+        not inside,
+        f"run {run.run_id}: custody record(s) inside the capsule: {_examples(inside)}; "
+        "pull manifests and receipts live under <root>/_trust/pulls/<pull-id>/",
+    )
+    manifest = custody.manifest
+    where = f"{run.root}/_trust/pulls/{run.pull or '*'}/{manifests.MANIFEST}"
+    audit.require(
+        manifest is not None,
+        f"run {run.run_id}: no pull manifest names this run ({where}); build one on the producer with "
+        "`runaudit manifest` — without it nothing proves the pulled bytes are complete",
+    )
+    audit.evidence(pull_id=manifest.pull_id, manifest=manifest.path, manifest_sha256=manifest.sha256)
+    audit.require(manifest.problem is None, f"run {run.run_id}: {manifest.problem}")
+    problems = schema_problems("pull", manifest.document)
+    audit.require(not problems, f"run {run.run_id}: {manifest.path}: {_examples(problems)}", problems=problems)
+    audit.require(
+        manifest.document["pull_id"] == manifest.pull_id,
+        f"run {run.run_id}: {manifest.path} declares pull_id {manifest.document['pull_id']!r} "
+        f"but sits in folder {manifest.pull_id!r}",
+    )
+
+
+def test_roster(run: Run, custody: Custody, audit: AuditRecorder) -> None:
+    manifest = custody.require_manifest(audit)
+    roster = manifest.roster
+    where = f"run {run.run_id}: pull {manifest.pull_id}"
+    audit.require(bool(roster), f"{where}: the roster is empty; an empty roster proves nothing")
+    unsafe = [name for name in roster if not is_safe_id(name)]
+    audit.require(not unsafe and not duplicates(roster), f"{where}: roster has unsafe or repeated ids {unsafe + duplicates(roster)}")
+    audit.require(run.run_id in roster, f"{where}: the roster {roster} does not name this run")
+    listed_capsules = {str(entry.get("path", "")).split("/", 1)[0] for entry in manifest.entries}
+    audit.require(
+        listed_capsules == set(roster),
+        f"{where}: files are listed for capsules {sorted(listed_capsules)}, roster is {sorted(roster)}",
+    )
+    expected = {str(entry["path"]) for entry in manifest.entries_of(run.run_id)}
+    local = set(custody.tree.files)
+    missing = sorted(expected - local)
+    unexpected = sorted(local - expected)
+    expected_empty = set(manifest.empty_dirs_of(run.run_id))
+    local_empty = set(custody.tree.empty_dirs)
+    missing += sorted(f"{path}/" for path in expected_empty - local_empty)
+    unexpected += sorted(f"{path}/" for path in local_empty - expected_empty)
+    audit.evidence(listed=len(expected), local=len(local), missing=missing[:100], unexpected=unexpected[:100])
+    audit.require(
+        not missing and not unexpected,
+        f"{where}: local copy differs from the manifest roster: {len(missing)} missing"
+        + (f" ({_examples(missing)})" if missing else "")
+        + f", {len(unexpected)} unexpected"
+        + (f" ({_examples(unexpected)})" if unexpected else ""),
+    )
+
+
+def test_path_safety(run: Run, custody: Custody, audit: AuditRecorder) -> None:
+    manifest = custody.require_manifest(audit)
+    paths = [entry.get("path") for entry in manifest.entries]
+    problems = [problem for path in paths for problem in manifests.path_problems(path)]
+    problems += manifests.collection_problems(str(path) for path in paths)
+    problems += [f"{rel} is a symlink" for rel in custody.tree.symlinks]
+    problems += [f"{rel} is a special file" for rel in custody.tree.specials]
+    capsule = (run.holder / run.run_id).resolve()
+    for entry in manifest.entries_of(run.run_id):
+        target = run.holder / str(entry["path"])
+        if not manifests.path_problems(entry["path"]) and capsule not in target.resolve().parents:
+            problems.append(f"{entry['path']} resolves to {target.resolve()}, outside {capsule}")
+    audit.evidence(problems=problems[:100])
+    audit.require(
+        not problems,
+        f"run {run.run_id}: pull {manifest.pull_id} has {len(problems)} unsafe path(s): {_examples(problems)}",
+    )
+
+
+def _local_file(run: Run, custody: Custody, audit: AuditRecorder, entry: dict[str, Any] | None) -> tuple[str, Path]:
+    if entry is None:
+        custody.require_manifest(audit)
+        audit.not_run(f"pull manifest lists no files for run {run.run_id} (reported by manifest.roster)")
+    rel = str(entry["path"])
+    if manifests.path_problems(rel):
+        audit.not_run(f"{rel} is not a safe path (reported by manifest.path_safety)")
+    if rel in custody.tree.symlinks:
+        audit.not_run(f"{rel} is a symlink locally (reported by manifest.path_safety)")
+    if rel not in custody.tree.files:
+        audit.not_run(f"{rel} is absent locally (reported by manifest.roster)")
+    return rel, run.holder / rel
+
+
+def test_size(run: Run, custody: Custody, audit: AuditRecorder, manifest_file: dict[str, Any] | None) -> None:
+    rel, _ = _local_file(run, custody, audit, manifest_file)
+    found = custody.tree.files[rel]
+    expected = manifest_file.get("bytes")
+    audit.evidence(expected=expected, found=found)
+    audit.require(found == expected, f"run {run.run_id}: {rel} has {found} bytes, the manifest lists {expected}")
+
+
+def test_sha256(run: Run, custody: Custody, audit: AuditRecorder, manifest_file: dict[str, Any] | None) -> None:
+    rel, _ = _local_file(run, custody, audit, manifest_file)
+    if custody.tree.files[rel] != manifest_file.get("bytes"):
+        audit.not_run(f"{rel} has the wrong size (reported by manifest.size)")
+    digest = custody.digest(rel)
+    expected = manifest_file.get("sha256")
+    audit.evidence(expected=expected, found=digest.sha256, hashed=digest.source)
+    audit.require(
+        digest.sha256 == expected,
+        f"run {run.run_id}: {rel} has sha256 {digest.sha256[:16]}…, the manifest lists {str(expected)[:16]}…: "
+        "the bytes differ from the producer's",
+    )
+    audit.note(f"sha256 matches ({'cached by stat key' if digest.source == 'cache' else 'hashed fresh'})")
+
+
+def test_receipt(run: Run, custody: Custody, audit: AuditRecorder) -> None:
+    manifest = custody.require_manifest(audit)
+    found = manifests.receipt_of(manifest)
+    if found is None:
+        audit.not_run(
+            f"pull {manifest.pull_id} has no {manifests.RECEIPT} yet: the pull has not been verified "
+            "(`runaudit verify` writes it once every custody audit passes)"
+        )
+    receipt, path = found
+    problems = schema_problems("receipt", receipt)
+    audit.require(not problems, f"run {run.run_id}: {path}: {_examples(problems)}", problems=problems)
+    audit.evidence(receipt=path, binds=receipt["manifest_sha256"], manifest_sha256=manifest.sha256)
+    audit.require(
+        receipt["manifest_sha256"] == manifest.sha256,
+        f"run {run.run_id}: {path} is stale: it binds manifest {receipt['manifest_sha256'][:16]}…, the current "
+        f"{manifests.MANIFEST} is {manifest.sha256[:16]}…; verify the pull again",
+    )
+    audit.require(
+        receipt["pull_id"] == manifest.pull_id and run.run_id in receipt.get("roster", [run.run_id]),
+        f"run {run.run_id}: {path} does not cover this run of pull {manifest.pull_id}",
+    )

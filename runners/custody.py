@@ -1,0 +1,251 @@
+"""Receipts and independent acceptance: the custody audits, run fresh, turned into signed-off records.
+
+``runaudit verify`` writes ``PULL_VERIFIED.json`` only when every custody audit on every roster run
+passed, bound to the SHA-256 of the manifest it checked; a failed re-verification revokes an earlier
+receipt (renamed aside, never deleted). ``runaudit accept`` records the same verification made on a node
+other than the producer, and ``--compare`` checks that two acceptances agree on their scientific core.
+:func:`receipt_status` is the question ``down`` asks before any teardown.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import socket
+import sys
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import runaudit
+from runaudit.atomic import write_json_atomic
+from runaudit.fixtures import manifest as manifests
+from runaudit.fixtures.schema import schema_problems
+from runaudit.runners import RunnerError, existing_dir
+from runaudit.runners.suite import failures, run_suite
+
+RECEIPT_VERSION = "runaudit.receipt/1"
+ACCEPTANCE_VERSION = "runaudit.acceptance/1"
+# The receipt audit is what this verification produces, so it cannot be one of its inputs.
+VERIFY_ARGS = ("-m", "custody", "--fresh-hashes", "-k", "not test_receipt")
+
+
+def utc_now() -> str:
+    return dt.datetime.now(dt.UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+def _node(name: str | None) -> dict[str, str]:
+    return {"node": name or socket.gethostname(), "tool": "runaudit", "version": runaudit.__version__}
+
+
+@dataclass
+class Verification:
+    manifest: manifests.ManifestFile
+    holder: Path
+    problems: list[str] = field(default_factory=list)
+    checkpoints: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+
+def load_manifest(root: Path, pull_id: str) -> manifests.ManifestFile:
+    path = manifests.pulls_dir(root) / pull_id / manifests.MANIFEST
+    if path.is_symlink() or not path.is_file():
+        raise RunnerError(f"pull {pull_id}: {path} does not exist (copy it from the producer first)")
+    manifest = manifests.read_manifest(path)
+    if manifest.problem:
+        raise RunnerError(f"pull {pull_id}: {manifest.problem}")
+    if problems := schema_problems("pull", manifest.document):
+        raise RunnerError(f"pull {pull_id}: {path} is not a runaudit.pull/1 manifest: {problems[0]}")
+    return manifest
+
+
+def capsule_holder(root: Path, roster: list[str]) -> Path:
+    """``runs/`` on a consumer, ``export/`` on the producer: wherever the roster's capsules are."""
+    for holder in (root / "runs", root / "export"):
+        if any((holder / run_id).is_dir() for run_id in roster):
+            return holder
+    return root / "runs"
+
+
+def verify_pull(root: Path, pull_id: str, *, log: Callable[[str], None] = print) -> Verification:
+    """Run every custody audit, hashing fresh, on every roster run of ``pull_id``."""
+    manifest = load_manifest(root, pull_id)
+    holder = capsule_holder(root, manifest.roster)
+    verification = Verification(manifest, holder)
+    for run_id in manifest.roster:
+        capsule = holder / run_id
+        if not capsule.is_dir():
+            verification.problems.append(f"run {run_id}: no capsule at {capsule}")
+            continue
+        log(f"verify {pull_id}: auditing {run_id} at {capsule}")
+        report, output = run_suite(capsule, root, args=(*VERIFY_ARGS, "--pull", pull_id))
+        if report is None:
+            verification.problems.append(f"run {run_id}: {output}")
+            continue
+        verification.problems += [f"run {run_id}: {line}" for line in failures(report)]
+        for item in report["verdicts"]:
+            if item["audit"] == "checkpoint.safe_load" and item["verdict"] == "passed":
+                evidence = item["evidence"]
+                verification.checkpoints[f"{run_id}/{item['subject']}"] = {
+                    "sha256": evidence["sha256"],
+                    "tensors": evidence["tensors"],
+                    "numel": evidence["numel"],
+                    "safe_load": True,
+                }
+    if manifests.read_manifest(manifest.path).sha256 != manifest.sha256:
+        verification.problems.append(f"{manifest.path} changed while it was being verified")
+    return verification
+
+
+def _record(verification: Verification, version: str, node: str | None) -> dict[str, Any]:
+    document = verification.manifest.document
+    return {
+        "schema_version": version,
+        "pull_id": verification.manifest.pull_id,
+        "manifest_sha256": verification.manifest.sha256,
+        "verifier": _node(node),
+        "verified_utc": utc_now(),
+        "roster": list(document["roster"]),
+        "files": document["totals"]["files"],
+        "bytes": document["totals"]["bytes"],
+        "checkpoints": dict(sorted(verification.checkpoints.items())),
+    }
+
+
+def write_receipt(root: Path, pull_id: str, *, log: Callable[[str], None] = print) -> Verification:
+    verification = verify_pull(root, pull_id, log=log)
+    receipt = verification.manifest.path.parent / manifests.RECEIPT
+    if verification.ok:
+        write_json_atomic(receipt, _record(verification, RECEIPT_VERSION, None))
+        log(f"verify {pull_id}: every custody audit passed; wrote {receipt}")
+    elif receipt.exists():
+        revoked = receipt.with_name(f"PULL_VERIFIED.revoked-{utc_now().replace(':', '')}.json")
+        os.rename(receipt, revoked)
+        log(f"verify {pull_id}: an earlier receipt no longer holds; moved it to {revoked}")
+    return verification
+
+
+@dataclass(frozen=True)
+class ReceiptStatus:
+    ok: bool
+    problems: list[str]
+
+
+def receipt_status(root: Path, run_ids: Iterable[str]) -> ReceiptStatus:
+    """Is there a current receipt for every run in this roster? (``down`` asks before any teardown.)"""
+    problems = []
+    run_ids = list(run_ids)
+    if not run_ids:
+        return ReceiptStatus(False, ["the roster is empty: no teardown can rest on it"])
+    for run_id in run_ids:
+        manifest = manifests.locate(root, run_id)
+        if manifest is None:
+            problems.append(f"run {run_id}: no pull manifest names it")
+            continue
+        found = manifests.receipt_of(manifest)
+        if found is None:
+            problems.append(f"run {run_id}: pull {manifest.pull_id} has no receipt")
+            continue
+        receipt, path = found
+        if schema_problems("receipt", receipt):
+            problems.append(f"run {run_id}: {path} is not a valid receipt")
+        elif receipt["manifest_sha256"] != manifest.sha256:
+            problems.append(f"run {run_id}: {path} binds an older manifest than {manifest.path}")
+        elif run_id not in receipt.get("roster", []):
+            problems.append(f"run {run_id}: {path} does not cover it")
+    return ReceiptStatus(not problems, problems)
+
+
+def accept(root: Path, pull_id: str, node: str | None, *, log: Callable[[str], None] = print) -> tuple[Verification, Path | None]:
+    manifest = load_manifest(root, pull_id)
+    independent = node or socket.gethostname()
+    producer = manifest.document["producer"]["node"]
+    if independent == producer:
+        raise RunnerError(
+            f"pull {pull_id}: node {independent!r} produced this manifest; independent acceptance must run elsewhere"
+        )
+    verification = verify_pull(root, pull_id, log=log)
+    if not verification.ok:
+        return verification, None
+    record = _record(verification, ACCEPTANCE_VERSION, independent) | {"producer": manifest.document["producer"]}
+    target = manifest.path.parent / manifests.ACCEPTANCES / f"{independent}.json"
+    write_json_atomic(target, record)
+    return verification, target
+
+
+SCIENTIFIC_CORE = ("pull_id", "manifest_sha256", "roster", "files", "bytes", "checkpoints")
+
+
+def compare_acceptances(first: dict[str, Any], second: dict[str, Any]) -> list[str]:
+    """Differences between two acceptances, ignoring who ran them, when and with which versions."""
+    problems = []
+    for name, record in (("first", first), ("second", second)):
+        if record.get("schema_version") != ACCEPTANCE_VERSION or schema_problems("receipt", record):
+            problems.append(f"the {name} file is not a runaudit acceptance record")
+    if problems:
+        return problems
+    nodes = [first["verifier"]["node"], second["verifier"]["node"]]
+    producer = first["producer"]["node"]
+    if nodes[0] == nodes[1]:
+        problems.append(f"both acceptances were made on {nodes[0]}: they are not independent")
+    if producer in nodes or second["producer"]["node"] in nodes:
+        problems.append(f"an acceptance was made on the producer {producer}")
+    problems += [
+        f"{key} differs: {json.dumps(first.get(key))[:120]} vs {json.dumps(second.get(key))[:120]}"
+        for key in SCIENTIFIC_CORE
+        if first.get(key) != second.get(key)
+    ]
+    return problems
+
+
+def _report(verification: Verification) -> int:
+    for line in verification.problems:
+        print(line, file=sys.stderr)
+    return 0 if verification.ok else 1
+
+
+def _verify(args: argparse.Namespace) -> int:
+    verification = write_receipt(args.root, args.pull_id, log=lambda line: print(line, file=sys.stderr))
+    if not verification.ok:
+        print(f"verify {args.pull_id}: refused, no receipt written ({len(verification.problems)} problem(s))", file=sys.stderr)
+    return _report(verification)
+
+
+def _accept(args: argparse.Namespace) -> int:
+    if args.compare:
+        records = []
+        for path in args.compare:
+            try:
+                records.append(json.loads(Path(path).read_text(encoding="utf-8")))
+            except (OSError, ValueError) as exc:
+                raise RunnerError(f"cannot read acceptance {path}: {exc}") from None
+        problems = compare_acceptances(*records)
+        for line in problems:
+            print(line, file=sys.stderr)
+        print("acceptances match on their scientific core" if not problems else "acceptances differ")
+        return 0 if not problems else 1
+    if args.root is None or args.pull_id is None:
+        raise RunnerError("accept needs --root and --pull-id (or --compare A B)")
+    verification, target = accept(args.root, args.pull_id, args.node, log=lambda line: print(line, file=sys.stderr))
+    if target is not None:
+        print(f"accept {args.pull_id}: accepted on {args.node or socket.gethostname()}; wrote {target}")
+    return _report(verification)
+
+
+def add_verb(verbs: argparse._SubParsersAction) -> None:
+    verify = verbs.add_parser("verify", help="run the custody audits on a pull and write PULL_VERIFIED.json if all pass")
+    verify.add_argument("--root", type=existing_dir, required=True, help="project root holding runs/ and _trust/")
+    verify.add_argument("--pull-id", required=True)
+    verify.set_defaults(handler=_verify)
+    acceptance = verbs.add_parser("accept", help="independent acceptance of a pull on a node other than the producer")
+    acceptance.add_argument("--root", type=existing_dir)
+    acceptance.add_argument("--pull-id")
+    acceptance.add_argument("--node", help="this node's name (default: the host name)")
+    acceptance.add_argument("--compare", nargs=2, metavar="ACCEPTANCE", help="compare two acceptance records")
+    acceptance.set_defaults(handler=_accept)

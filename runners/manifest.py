@@ -1,0 +1,120 @@
+"""``runaudit manifest``: the producer's PULL_MANIFEST.json, built from an explicit roster.
+
+The roster names every run to pull; the export folder must hold exactly those sealed capsules. Every
+file is hashed fresh (this is the producer's trust boundary) and the manifest is written atomically
+under ``_trust/pulls/<pull-id>/``, never inside a capsule, and never over an existing one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import socket
+from collections.abc import Callable
+from pathlib import Path
+
+import runaudit
+from runaudit.atomic import write_json_atomic
+from runaudit.fixtures import manifest as manifests
+from runaudit.fixtures.hashing import hash_files, progress_bar
+from runaudit.fixtures.ids import casefold_collisions, duplicates, is_safe_id
+from runaudit.runners import RunnerError, existing_dir
+
+SCHEMA_VERSION = "runaudit.pull/1"
+IGNORED_IN_EXPORT = (".partial", "hardware")  # closure workspace and hardware capsules' own folder
+
+
+class ManifestError(RunnerError):
+    """The manifest was refused; nothing was written."""
+
+
+def parse_roster(text: str, source: str) -> list[str]:
+    """One run id per line; ``#`` starts a comment; blank lines are ignored."""
+    roster = [line.split("#", 1)[0].strip() for line in text.splitlines()]
+    roster = [name for name in roster if name]
+    if not roster:
+        raise ManifestError(f"{source}: the roster is empty; an empty roster proves nothing")
+    unsafe = [name for name in roster if not is_safe_id(name)]
+    if unsafe:
+        raise ManifestError(f"{source}: unsafe run id(s) {unsafe} (expected ^[A-Za-z0-9][A-Za-z0-9._-]*$)")
+    if duplicates(roster):
+        raise ManifestError(f"{source}: run id(s) listed twice: {duplicates(roster)}")
+    if collisions := casefold_collisions(roster):
+        raise ManifestError(f"{source}: run ids collide after case folding: {collisions}")
+    return roster
+
+
+def build_manifest(
+    root: Path, roster: list[str], pull_id: str, *, node: str | None = None, log: Callable[[str], None] = print
+) -> Path:
+    if not is_safe_id(pull_id):
+        raise ManifestError(f"pull id {pull_id!r} is not a safe id")
+    exports = root / "export"
+    target = manifests.pulls_dir(root) / pull_id / manifests.MANIFEST
+    if target.exists():
+        raise ManifestError(f"{target} already exists; a manifest is immutable, use a new pull id")
+    if not exports.is_dir():
+        raise ManifestError(f"{exports} does not exist: no sealed capsules to list")
+    present = {
+        entry.name for entry in exports.iterdir() if not entry.name.startswith(".") and entry.name not in IGNORED_IN_EXPORT
+    }
+    missing = [name for name in roster if name not in present]
+    unexpected = sorted(present - set(roster))
+    if missing or unexpected:
+        raise ManifestError(
+            f"{exports} does not match the roster: missing {missing or 'none'}, unexpected {unexpected or 'none'}"
+        )
+    files: dict[str, Path] = {}
+    empty_dirs: list[str] = []
+    for run_id in roster:
+        if (exports / run_id).is_symlink() or not (exports / run_id).is_dir():
+            raise ManifestError(f"{exports / run_id} is not a capsule directory")
+        tree = manifests.local_tree(exports, run_id)
+        refused = [f"{rel} (symlink)" for rel in tree.symlinks] + [f"{rel} (special file)" for rel in tree.specials]
+        refused += [f"{rel} (*.tmp residue)" for rel in tree.files if rel.endswith(".tmp")]
+        refused += [f"{' / '.join(group)} (case-fold collision)" for group in casefold_collisions(tree.files)]
+        if refused:
+            raise ManifestError(f"capsule {run_id} cannot be listed: {', '.join(refused[:5])}")
+        files.update({rel: exports / rel for rel in tree.files})
+        empty_dirs += tree.empty_dirs
+    total = sum(path.stat().st_size for path in files.values())
+    bar = progress_bar(total, f"sha256 of {len(files)} files")
+    digests = hash_files(files.values(), on_bytes=bar.update if bar is not None else None)
+    if bar is not None:
+        bar.close()
+    document = {
+        "schema_version": SCHEMA_VERSION,
+        "pull_id": pull_id,
+        "roster": roster,
+        "created_utc": dt.datetime.now(dt.UTC).isoformat(timespec="seconds").replace("+00:00", "Z"),
+        "producer": {"node": node or socket.gethostname(), "tool": "runaudit", "version": runaudit.__version__},
+        "hash": "sha256",
+        "files": [
+            {"path": rel, "bytes": digests[path].size, "sha256": digests[path].sha256}
+            for rel, path in sorted(files.items())
+        ],
+        "empty_dirs": sorted(empty_dirs),
+        "totals": {"files": len(files), "bytes": total},
+    }
+    write_json_atomic(target, document)
+    log(f"manifest {pull_id}: {len(roster)} run(s), {len(files)} files, {total / 2**20:.1f} MiB -> {target}")
+    return target
+
+
+def _main(args: argparse.Namespace) -> int:
+    try:
+        text = args.roster.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ManifestError(f"cannot read the roster {args.roster}: {exc}") from None
+    roster = parse_roster(text, str(args.roster))
+    build_manifest(args.root.resolve(), roster, args.pull_id, node=args.node, log=lambda line: print(line))
+    return 0
+
+
+def add_verb(verbs: argparse._SubParsersAction) -> None:
+    parser = verbs.add_parser("manifest", help="write the producer's PULL_MANIFEST.json from an explicit roster")
+    parser.add_argument("--root", type=existing_dir, required=True, help="project root on the producer")
+    parser.add_argument("--roster", type=Path, required=True, help="file: one run id per line, # comments")
+    parser.add_argument("--pull-id", required=True)
+    parser.add_argument("--node", help="producer node name (default: this host's name)")
+    parser.set_defaults(handler=_main)

@@ -1,0 +1,59 @@
+"""Run the harness's own audit suite on one capsule in a fresh pytest process and read its JSON report.
+
+Runners (close, verify, accept) use this so that a gate decided on the command line is exactly the gate a
+user gets from ``pytest --run``; a fresh process also keeps torch and pytest state out of the runner.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from runaudit.fixtures.verdicts import AUDITS_DIR
+from runaudit.reports.document import report_stem
+
+import runaudit
+
+HELD = ("passed", "not_applicable")
+
+
+def run_suite(
+    capsule: Path, root: Path, *, modules: Sequence[str] = (), args: Sequence[str] = ()
+) -> tuple[dict[str, Any] | None, str]:
+    """``pytest --run=capsule --root=root --strict [args] [audits/<modules>]``: (report or None, output)."""
+    paths = [str(AUDITS_DIR / name) for name in modules if (AUDITS_DIR / name).is_file()] or [str(AUDITS_DIR)]
+    checkout = str(Path(runaudit.__file__).resolve().parent.parent)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [checkout, os.environ.get("PYTHONPATH")]))}
+    with tempfile.TemporaryDirectory(prefix="runaudit-suite-") as reports:
+        command = [
+            sys.executable, "-m", "pytest", "-c", os.devnull, "--rootdir", str(capsule),
+            "-p", "runaudit.fixtures.plugin", "-p", "no:cacheprovider", "-q",
+            "--run", str(capsule), "--root", str(root), "--report-dir", reports, "--strict",
+            *args, *paths,
+        ]
+        done = subprocess.run(command, capture_output=True, text=True, env=env, cwd=root)
+        output = done.stdout + done.stderr
+        report_path = Path(reports) / f"{report_stem(capsule.name)}.json"
+        if not report_path.is_file():
+            tail = output.strip().splitlines()[-5:]
+            return None, "the audits did not produce a report: " + " | ".join(tail)
+        return json.loads(report_path.read_text(encoding="utf-8")), output
+
+
+def failures(report: dict[str, Any]) -> list[str]:
+    """One line per verdict that does not hold (anything but passed or not_applicable)."""
+    return [
+        f"{item['audit']}{_bracketed(item['subject'])} {item['verdict']}: {item['message']}"
+        for item in report["verdicts"]
+        if item["verdict"] not in HELD
+    ]
+
+
+def _bracketed(subject: str) -> str:
+    return f"[{subject}]" if subject else ""
