@@ -2,8 +2,9 @@
 
 Each launch is a new *attempt* in the run's job-state folder on the box (``~/.runaudit/jobs/...``,
 per instance, never shared storage). The attempt holds ``env`` (mode 600: the environment travels in
-this file, never in a command line), ``job.sh`` (the wrapper), and what the wrapper writes: ``pid``
-(with its ``/proc`` start time, so identity survives PID reuse), ``log`` and ``exit_code``.
+this file, never in a command line, and the wrapper deletes it once read), ``job.sh`` (the wrapper),
+and what the wrapper writes: ``pid`` (with its ``/proc`` start time, so identity survives PID reuse),
+``log`` and ``exit_code``.
 
 The wrapper runs in a tmux session on a socket private to the project root; without tmux it falls back
 to ``setsid nohup ... </dev/null``. The command never reads stdin. ``launch`` returns once the alive
@@ -43,7 +44,7 @@ JOB_SCRIPT = """#!/bin/bash
 A={attempt_dir}
 echo "$$ $(sed 's/^.*) //' /proc/$$/stat 2>/dev/null | cut -d' ' -f20)" >"$A/pid.tmp" && mv "$A/pid.tmp" "$A/pid"
 finish() {{ printf '%s\\n' "$1" >"$A/exit_code.tmp" && mv "$A/exit_code.tmp" "$A/exit_code"; exit "$1"; }}
-set -a; . "$A/env" >>"$A/log" 2>&1 || finish 98; set +a
+set -a; . "$A/env" >>"$A/log" 2>&1 || finish 98; set +a; rm -f "$A/env"
 {hook}cd {workdir} >>"$A/log" 2>&1 || finish 96
 {command} </dev/null >>"$A/log" 2>&1
 finish $?
@@ -246,7 +247,9 @@ def launch(
 
 
 def _main(args: argparse.Namespace) -> int:
-    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    command = args.command
+    if command[:1] and command[0].startswith("-"):
+        raise RunnerError(f"launch: {command[0]!r} after RUN_ID; options go before it: runaudit launch [options] RUN_ID -- COMMAND")
     box = box_from_args(args)
     env = environment(args.env, args.env_file, {})
     result = launch(
@@ -272,8 +275,10 @@ def _main(args: argparse.Namespace) -> int:
 def add_verb(verbs: argparse._SubParsersAction) -> None:
     parser = verbs.add_parser(
         "launch",
+        usage="runaudit launch [options] RUN_ID -- COMMAND ...",
         help="start a command on the box, detached (tmux, else setsid nohup), and probe that it is alive",
-        description="Everything after -- is the command. The environment travels in a mode-600 file on the box.",
+        description="Options come before RUN_ID; everything after it is the command. The environment "
+        "travels in a mode-600 file on the box, never in a command line.",
     )
     parser.add_argument("run_id", metavar="RUN_ID")
     add_box_arguments(parser)
@@ -288,5 +293,5 @@ def add_verb(verbs: argparse._SubParsersAction) -> None:
         help="how long the alive probe waits for first progress (default: %(default)s)",
     )
     parser.add_argument("--progress-file", default=PROGRESS_FILE, help="default: %(default)s under --remote-root")
-    parser.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND ...")
+    parser.add_argument("command", nargs=argparse.REMAINDER, help="the command, after RUN_ID (and an optional --)")
     parser.set_defaults(handler=_main)

@@ -275,6 +275,8 @@ def _field(path: Iterable[Any]) -> str:
 
 def _schema_problem(document: Any) -> str | None:
     errors = sorted(_validator().iter_errors(document), key=lambda error: [str(p) for p in error.path])
+    # A field that fails its own rule also counts as "unevaluated" at the top; report the real rule.
+    errors = [error for error in errors if error.validator != "unevaluatedProperties"] or errors
     if not errors:
         return None
     error = errors[0]

@@ -11,7 +11,6 @@ import shutil
 import subprocess
 import tempfile
 from collections.abc import Iterable, Sequence
-from pathlib import Path
 from typing import IO
 
 from runaudit.runners import RunnerError
@@ -50,12 +49,14 @@ def rsync(
     files: Sequence[str] | None = None,
     excludes: Iterable[str] = (),
     refetch: bool = False,
+    missing_ok: bool = False,
     bwlimit_kbps: int | None = None,
     progress: IO[str] | None = None,
 ) -> None:
     """Run one rsync over SSH; ``files`` limits it to those paths (relative to ``source``).
 
-    ``refetch`` ignores rsync's size-and-mtime shortcut, for files the manifest already found wrong.
+    ``refetch`` ignores rsync's size-and-mtime shortcut, for files the manifest already found wrong;
+    ``missing_ok`` lets listed files that do not exist at the source pass (the audits judge their absence).
     Raises :class:`TransportError` when the link failed (partial files stay for the resume).
     """
     endpoint.check_known_hosts()
@@ -63,6 +64,8 @@ def rsync(
     argv += [f"--exclude={pattern}" for pattern in excludes]
     if refetch:
         argv.append("--ignore-times")
+    if missing_ok:
+        argv.append("--ignore-missing-args")
     if bwlimit_kbps:
         argv.append(f"--bwlimit={bwlimit_kbps}")
     argv += ["--info=progress2", "--no-inc-recursive"] if progress is not None else ["--quiet"]
@@ -76,16 +79,18 @@ def rsync(
 
 
 def _run(argv: list[str], progress: IO[str] | None) -> None:
-    process = subprocess.Popen(
-        argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-    )
-    assert process.stdout is not None and process.stderr is not None
-    for chunk in iter(lambda: process.stdout.read(256), ""):
-        if progress is not None:
-            progress.write(chunk)
-            progress.flush()
-    stderr = process.stderr.read()
-    code = process.wait()
+    # stderr goes to a file: a pipe nobody reads while stdout streams could fill and stall rsync.
+    with tempfile.TemporaryFile("w+") as errors, subprocess.Popen(
+        argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=errors, text=True
+    ) as process:
+        assert process.stdout is not None
+        for chunk in iter(lambda: process.stdout.read(256), ""):
+            if progress is not None:
+                progress.write(chunk)
+                progress.flush()
+        code = process.wait()
+        errors.seek(0)
+        stderr = errors.read()
     if code == 0:
         return
     tail = " | ".join(stderr.strip().splitlines()[-3:])
