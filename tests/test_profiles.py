@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import argparse
 import datetime as dt
 import tomllib
 from pathlib import Path
 
 import pytest
+from runaudit.runners.box import add_box_arguments, endpoint_from_args
 from runaudit.runners.profiles import (
     MEASURE_LIVE,
     ProfileError,
@@ -158,3 +160,20 @@ def test_the_profiles_verb_reports_a_broken_file_in_one_line(tmp_path: Path, cap
     assert main(["profiles", str(path)]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "kind" in err and str(path) in err
+
+
+def test_a_profile_can_pin_its_own_known_hosts_file(tmp_path: Path) -> None:
+    """Host keys come from --known-hosts, else the profile's pinned file, else ~/.ssh/known_hosts."""
+    text = (builtin_dir() / "lambda.toml").read_text(encoding="utf-8")
+    path = tmp_path / "pinned.toml"
+    path.write_text(text.replace('trust = "doc_researched"\n', 'trust = "doc_researched"\nknown_hosts = "pins/known_hosts"\n', 1))
+    profile = load_profile(str(path))
+    parser = argparse.ArgumentParser()
+    add_box_arguments(parser)
+    args = parser.parse_args(["--host", "203.0.113.7", "--remote-root", "/home/ubuntu/proj"])
+    endpoint = endpoint_from_args(args, profile)
+    assert endpoint.known_hosts == tmp_path / "pins" / "known_hosts"
+    assert endpoint.login == "ubuntu"  # the profile's SSH_USER
+    assert endpoint_from_args(args, None).known_hosts == Path("~/.ssh/known_hosts")
+    explicit = parser.parse_args(["--host", "h", "--remote-root", "/p", "--known-hosts", "/pins/kh"])
+    assert endpoint_from_args(explicit, profile).known_hosts == Path("/pins/kh")
