@@ -1,0 +1,183 @@
+"""Custody gate vs the seed-style verification, side by side on one corpus (medians of repeats).
+
+Baseline (written here, as the seed's scripts do it): SHA-256 of every listed file, serially in 1 MiB
+chunks, then a full ``torch.load`` of every checkpoint. runaudit: the full custody gate of each capsule
+(`pytest --run=<capsule> -m custody --fresh-hashes`: capsule, manifest and checkpoint audits, with
+finiteness, exact roster and selection lineage) — the audits `runaudit verify` runs before a receipt.
+
+Also: multi-file hashing on threads vs one core vs `sha256sum -c`, and a second audit inside the same
+trust boundary (stat-keyed cache) vs the first.
+
+    python benchmarks/bench_custody.py [--size-mib 300] [--capsules 2] [--repeats 3] [--dir DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import io
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+BASELINE = r"""
+import hashlib, json, sys, torch
+root, pull = sys.argv[1], sys.argv[2]
+manifest = json.load(open(f"{root}/_trust/pulls/{pull}/PULL_MANIFEST.json"))
+for entry in manifest["files"]:
+    digest = hashlib.sha256()
+    with open(f"{root}/export/{entry['path']}", "rb") as handle:
+        while chunk := handle.read(1 << 20):
+            digest.update(chunk)
+    assert digest.hexdigest() == entry["sha256"], entry["path"]
+for entry in manifest["files"]:
+    if entry["path"].endswith(".pth"):
+        torch.load(f"{root}/export/{entry['path']}", map_location="cpu", weights_only=True)
+"""
+
+
+def measure(command: list[str], cwd: Path | None = None) -> tuple[float, float]:
+    """Wall seconds and peak RSS (MiB) of one child process (and the children it waited for)."""
+    started = time.perf_counter()
+    process = subprocess.Popen(command, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    _, status, usage = os.wait4(process.pid, 0)
+    wall = time.perf_counter() - started
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise SystemExit(f"failed: {' '.join(command)}\n{process.stderr.read().decode()[-2000:]}")
+    return wall, usage.ru_maxrss / 1024
+
+
+def big_checkpoint(path: Path, size_mib: int, meta: dict) -> None:
+    import torch
+
+    per_tensor = 1 << 22  # 16 MiB of float32
+    count = max(1, size_mib * (1 << 20) // (per_tensor * 4))
+    generator = torch.Generator().manual_seed(len(str(path)))
+    weights = {f"layer{i}.weight": torch.randn(per_tensor, generator=generator) for i in range(count)}
+    torch.save({**meta, "model": weights}, path)
+
+
+def build_corpus(base: Path, capsules: int, size_mib: int) -> tuple[Path, str]:
+    """A project root with ``capsules`` sealed runs, each holding best.pth and last.pth of ``size_mib``."""
+    import torch
+
+    from runaudit.examples.digits.build import ensure_demo
+    from runaudit.runners.manifest import build_manifest
+
+    demo_root = base / "demo"
+    ensure_demo(demo_root, progress=io.StringIO())
+    root = base / "corpus"
+    if (root / "_trust" / "pulls" / "bench").is_dir():
+        return root, "bench"
+    shutil.rmtree(root, ignore_errors=True)
+    shutil.copytree(demo_root / "_trust" / "selections", root / "_trust" / "selections")
+    shutil.copytree(demo_root / "_trust" / "splits", root / "_trust" / "splits")
+    roster = []
+    for index in range(capsules):
+        run_id = f"bench-{index}"
+        capsule = root / "export" / run_id
+        shutil.copytree(demo_root / "export" / "demo", capsule)
+        run = json.loads((capsule / "run.json").read_text())
+        run["run_id"] = run_id
+        for role in ("best", "last"):
+            original = torch.load(capsule / f"{role}.pth", weights_only=True)
+            meta = {key: value for key, value in original.items() if key not in ("model",)}
+            big_checkpoint(capsule / f"{role}.pth", size_mib, meta)
+            run["checkpoints"][role]["sha256"] = hashlib.sha256((capsule / f"{role}.pth").read_bytes()).hexdigest()
+        (capsule / "run.json").write_text(json.dumps(run, indent=2))
+        metrics_path = capsule / "test" / "main" / "metrics.json"
+        metrics = json.loads(metrics_path.read_text())
+        metrics.update(run_id=run_id, checkpoint_sha256=run["checkpoints"]["best"]["sha256"])
+        metrics_path.write_text(json.dumps(metrics, indent=2))
+        roster.append(run_id)
+    build_manifest(root, roster, "bench", log=lambda line: None)
+    return root, "bench"
+
+
+def drop_caches_if_possible() -> None:
+    try:
+        subprocess.run(["sync"], check=False)
+        Path("/proc/sys/vm/drop_caches").write_text("3\n")
+    except OSError:
+        pass  # not root: every side then reads from the page cache alike
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--size-mib", type=int, default=300, help="size of each checkpoint")
+    parser.add_argument("--capsules", type=int, default=2)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--dir", type=Path, help="keep the corpus here between runs (default: a temp dir)")
+    args = parser.parse_args()
+    base = args.dir or Path(tempfile.mkdtemp(prefix="runaudit-bench-custody-"))
+    base.mkdir(parents=True, exist_ok=True)
+    root, pull = build_corpus(base, args.capsules, args.size_mib)
+    files = sorted(p for p in (root / "export").rglob("*") if p.is_file())
+    total = sum(p.stat().st_size for p in files)
+    print(f"corpus: {args.capsules} capsules, {len(files)} files, {total / 2**20:.0f} MiB "
+          f"({2 * args.capsules} checkpoints of {args.size_mib} MiB); cpus={os.cpu_count()}")
+
+    baseline = [sys.executable, "-c", BASELINE, str(root), pull]
+    ours = [
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-c", os.devnull, "--rootdir", str(root),
+         "--run", str(root / "export" / run_id), "--root", str(root), "--pull", pull, "-m", "custody",
+         "--fresh-hashes", "--report-dir", str(base / "reports")]
+        for run_id in (f"bench-{i}" for i in range(args.capsules))
+    ]
+    rows: dict[str, list[tuple[float, float]]] = {"baseline": [], "runaudit": []}
+    for _ in range(args.repeats):  # interleaved, so drift in machine load hits both sides alike
+        drop_caches_if_possible()
+        rows["baseline"].append(measure(baseline))
+        drop_caches_if_possible()
+        runs = [measure(command) for command in ours]
+        rows["runaudit"].append((sum(wall for wall, _ in runs), max(rss for _, rss in runs)))
+    wall = {name: statistics.median(w for w, _ in values) for name, values in rows.items()}
+    rss = {name: statistics.median(r for _, r in values) for name, values in rows.items()}
+    print("\n[full custody audit]             wall s   peak RSS MiB")
+    for name in rows:
+        print(f"  {name:<28} {wall[name]:8.2f} {rss[name]:12.0f}")
+    print(f"  ratio runaudit/baseline       {wall['runaudit'] / wall['baseline']:8.2f} {rss['runaudit'] / rss['baseline']:12.2f}"
+          "   (targets: <= 0.5, <= 0.5)")
+
+    from runaudit.fixtures.hashing import HashCache, hash_files, sha256_file
+
+    def timed(action) -> float:
+        started = time.perf_counter()
+        action()
+        return time.perf_counter() - started
+
+    def one_core() -> None:
+        for path in files:
+            sha256_file(path)
+
+    check = base / "SHA256SUMS"
+    check.write_text("".join(f"{hashlib.sha256(p.read_bytes()).hexdigest()}  {p}\n" for p in files))
+    timings: dict[str, list[float]] = {"threads": [], "one core": [], "sha256sum -c": []}
+    for _ in range(args.repeats):
+        timings["threads"].append(timed(lambda: hash_files(files)))
+        timings["one core"].append(timed(one_core))
+        timings["sha256sum -c"].append(timed(lambda: subprocess.run(["sha256sum", "-c", "--quiet", str(check)], check=True)))
+    medians = {name: statistics.median(values) for name, values in timings.items()}
+    print(f"\n[multi-file hashing, {total / 2**20:.0f} MiB]  median s   MiB/s")
+    for name, seconds in medians.items():
+        print(f"  {name:<28} {seconds:8.2f} {total / 2**20 / seconds:8.0f}")
+    print(f"  threads vs one core           {medians['one core'] / medians['threads']:8.2f}x  (target >= 1.6x)")
+    print(f"  threads vs sha256sum -c       {medians['sha256sum -c'] / medians['threads']:8.2f}x  (target >= 4x)")
+
+    cache_root = base / "cache-boundary"
+    shutil.rmtree(cache_root, ignore_errors=True)
+    first = timed(lambda: hash_files(files, cache=HashCache(cache_root)))
+    second = [timed(lambda: hash_files(files, cache=HashCache(cache_root))) for _ in range(args.repeats)]
+    print("\n[second audit in the same trust boundary]")
+    print(f"  first (fresh) {first:.3f} s, second (stat-keyed cache) {statistics.median(second):.4f} s, "
+          f"ratio {statistics.median(second) / first:.4f}")
+
+
+if __name__ == "__main__":
+    main()

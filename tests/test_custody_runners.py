@@ -1,0 +1,122 @@
+"""`runaudit manifest`, `verify` and `accept`: refusals, receipts bound to one manifest, independence."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import socket
+from pathlib import Path
+
+import pytest
+
+from runaudit.cli import main
+from runaudit.examples.digits.build import DEMO_RUN_ID
+from runaudit.fixtures.manifest import MANIFEST, RECEIPT
+from runaudit.fixtures.schema import schema_problems
+from runaudit.runners.custody import receipt_status
+
+
+def _roster(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "roster.txt"
+    path.write_text(text)
+    return path
+
+
+def _manifest(project: Path, roster: Path, pull_id: str, *extra: str) -> int:
+    return main(["manifest", "--root", str(project), "--roster", str(roster), "--pull-id", pull_id, *extra])
+
+
+@pytest.mark.parametrize(
+    ("roster_text", "damage", "expected"),
+    [
+        ("# nothing\n\n", None, "the roster is empty"),
+        ("demo\nghost\n", None, "missing ['ghost']"),
+        ("demo\n../etc\n", None, "unsafe run id"),
+        ("demo\ndemo\n", None, "listed twice"),
+        ("demo\nDEMO\n", None, "collide after case folding"),
+        ("demo\n", lambda export: (export / "other").mkdir(), "unexpected ['other']"),
+        ("demo\n", lambda export: (export / "demo" / "x.tmp").write_text(""), "*.tmp residue"),
+        ("demo\n", lambda export: (export / "demo" / "ln").symlink_to("/etc/passwd"), "symlink"),
+    ],
+    ids=["empty", "missing-capsule", "unsafe-id", "duplicate", "case-fold", "unexpected-capsule", "tmp", "symlink"],
+)
+def test_manifest_refusals(project: Path, tmp_path: Path, capsys, roster_text, damage, expected) -> None:
+    if damage is not None:
+        damage(project / "export")
+    code = _manifest(project, _roster(tmp_path, roster_text), "p2")
+    err = capsys.readouterr().err
+    assert code == 2
+    assert expected in err and err.count("\n") == 1 and "Traceback" not in err
+    assert not (project / "_trust" / "pulls" / "p2").exists()
+
+
+def test_manifest_is_complete_sorted_valid_and_immutable(project: Path, tmp_path: Path, capsys) -> None:
+    roster = _roster(tmp_path, "demo  # the demo run\n")
+    assert _manifest(project, roster, "p2", "--node", "box-a") == 0
+    target = project / "_trust" / "pulls" / "p2" / MANIFEST
+    document = json.loads(target.read_text())
+    assert schema_problems("pull", document) == []
+    paths = [entry["path"] for entry in document["files"]]
+    on_disk = sorted(p.relative_to(project / "export").as_posix() for p in (project / "export" / DEMO_RUN_ID).rglob("*") if p.is_file())
+    assert paths == sorted(paths) == on_disk
+    assert document["totals"] == {"files": len(paths), "bytes": sum(entry["bytes"] for entry in document["files"])}
+    assert document["producer"]["node"] == "box-a"
+    assert [p.name for p in target.parent.iterdir()] == [MANIFEST]  # no temp sibling left behind
+    capsys.readouterr()
+    assert _manifest(project, roster, "p2") == 2
+    assert "immutable" in capsys.readouterr().err
+
+
+def test_verify_writes_a_bound_receipt_then_revokes_it_when_bytes_change(project: Path, tmp_path: Path, capsys) -> None:
+    assert _manifest(project, _roster(tmp_path, "demo\n"), "p2") == 0
+    assert main(["verify", "--root", str(project), "--pull-id", "p2"]) == 0
+    pull = project / "_trust" / "pulls" / "p2"
+    receipt = json.loads((pull / RECEIPT).read_text())
+    assert schema_problems("receipt", receipt) == []
+    assert receipt["manifest_sha256"] == hashlib.sha256((pull / MANIFEST).read_bytes()).hexdigest()
+    assert set(receipt["checkpoints"]) == {"demo/best.pth", "demo/last.pth"}
+    assert all(item["safe_load"] and item["tensors"] > 0 for item in receipt["checkpoints"].values())
+    assert receipt_status(project, ["demo"]).ok
+
+    best = project / "export" / DEMO_RUN_ID / "best.pth"
+    data = bytearray(best.read_bytes())
+    data[-100] ^= 0xFF  # one byte, same size
+    best.write_bytes(bytes(data))
+    capsys.readouterr()
+    assert main(["verify", "--root", str(project), "--pull-id", "p2"]) == 1
+    err = capsys.readouterr().err
+    assert "manifest.sha256[best.pth] failed" in err and "no receipt written" in err
+    assert not (pull / RECEIPT).exists()
+    assert [p.name for p in pull.glob("PULL_VERIFIED.revoked-*.json")]  # moved aside, never deleted
+    status = receipt_status(project, ["demo"])
+    assert not status.ok and "no receipt" in status.problems[0]
+
+
+def test_receipt_status_fails_closed(project: Path) -> None:
+    assert receipt_status(project, ["demo"]).ok  # the demo's own verified pull
+    assert not receipt_status(project, []).ok
+    assert "no pull manifest" in receipt_status(project, ["ghost"]).problems[0]
+    manifest = project / "_trust" / "pulls" / DEMO_RUN_ID / MANIFEST
+    manifest.write_text(manifest.read_text().replace('"hash"', '"hash" ', 1))  # same content, new bytes
+    assert "older manifest" in receipt_status(project, ["demo"]).problems[0]
+
+
+def test_independent_acceptance_and_comparison(project: Path, capsys) -> None:
+    producer = json.loads((project / "_trust" / "pulls" / DEMO_RUN_ID / MANIFEST).read_text())["producer"]["node"]
+    assert producer == socket.gethostname()
+    assert main(["accept", "--root", str(project), "--pull-id", DEMO_RUN_ID]) == 2
+    assert "independent acceptance must run elsewhere" in capsys.readouterr().err
+    for node in ("node-b", "node-c"):
+        assert main(["accept", "--root", str(project), "--pull-id", DEMO_RUN_ID, "--node", node]) == 0
+    folder = project / "_trust" / "pulls" / DEMO_RUN_ID / "acceptances"
+    first, second = folder / "node-b.json", folder / "node-c.json"
+    capsys.readouterr()
+    assert main(["accept", "--compare", str(first), str(second)]) == 0
+    assert "match" in capsys.readouterr().out
+    assert main(["accept", "--compare", str(first), str(first)]) == 1
+    assert "not independent" in capsys.readouterr().err
+    record = json.loads(second.read_text())
+    record["checkpoints"]["demo/best.pth"]["numel"] += 1
+    second.write_text(json.dumps(record))
+    assert main(["accept", "--compare", str(first), str(second)]) == 1
+    assert "checkpoints differs" in capsys.readouterr().err
