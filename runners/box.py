@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import shlex
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
@@ -45,10 +44,6 @@ class Box:
 
     def path(self, *parts: str) -> str:
         return str(self.root.joinpath(*parts))
-
-    def q(self, *parts: str) -> str:
-        """A shell-quoted path under the project root."""
-        return shlex.quote(self.path(*parts))
 
 
 def require_run_id(run_id: str) -> str:

@@ -16,8 +16,6 @@ import getpass
 import os
 import shlex
 import socket
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -248,13 +246,3 @@ class Remote:
             raise
         except Exception as exc:
             raise transport_failure(self.endpoint, exc, f"reading {path} from") from None
-
-
-@contextmanager
-def session(endpoint: Endpoint) -> Iterator[Remote]:
-    remote = Remote(endpoint)
-    try:
-        remote.connect()
-        yield remote
-    finally:
-        remote.close()

@@ -5,10 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
-from runaudit.cli import main
 from runaudit.examples.digits.build import DEMO_RUN_ID
 from runaudit.runners.profiles import builtin_dir
+
+from runaudit.cli import main
 
 RUNPOD_TERMINATE = 'how = "console or `runpodctl remove pod <id>`"\n'
 
