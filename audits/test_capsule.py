@@ -32,6 +32,11 @@ def _examples(items: Iterable[Any]) -> str:
     return f"{shown}, ... ({len(items)} in all)" if len(items) > SHOWN else shown
 
 
+def _objects(value: Any) -> list[dict[str, Any]]:
+    """The JSON objects of a list that should hold only objects (anything else is the schema's to report)."""
+    return [item for item in value if isinstance(item, dict)] if isinstance(value, list) else []
+
+
 def _declared(audit: AuditRecorder, run: Run, test: DeclaredTest | None) -> DeclaredTest:
     if run.declared is None:
         audit.not_run(f"run.json is unreadable (reported by capsule.run_json_schema): {run.problem}")
@@ -49,20 +54,17 @@ def _declared_checkpoint_sha(run: Run) -> str | None:
     return best.get("sha256") if isinstance(best, Mapping) else None
 
 
-def _selection_ids(audit: AuditRecorder, capsule: CapsuleReader, test: DeclaredTest) -> list[str]:
-    document, _ = audit.need(capsule.trust_json, "selections", f"{test.selection_id}.json")
-    ids = document.get("sample_ids") if isinstance(document, dict) else None
-    if not isinstance(ids, list):
-        audit.not_run(f"selection {test.selection_id} has no sample_ids (reported by capsule.selection)")
-    return [str(item) for item in ids]
-
-
 # -- layout -----------------------------------------------------------------------------------------
 
 
 def test_required_paths(run: Run, capsule: CapsuleReader, audit: AuditRecorder, required_path: str) -> None:
     expected = "dir" if required_path == "test" or required_path.endswith("/vis") else "file"
-    entry = capsule.inventory.entries.get(required_path)
+    entries = capsule.inventory.entries
+    folder = "/".join(required_path.split("/")[:2])
+    if folder != required_path and getattr(entries.get(folder), "kind", None) != "dir":
+        owner = "capsule.tests_declared" if "test" in entries else "capsule.required_paths"
+        audit.not_run(f"{folder}/ is absent, so {required_path} is not checked (reported by {owner})")
+    entry = entries.get(required_path)
     audit.require(
         entry is not None,
         f"run {run.run_id}: {required_path} is missing; a sealed {run.kind} capsule requires it",
@@ -93,30 +95,33 @@ def test_closed_world(run: Run, capsule: CapsuleReader, audit: AuditRecorder) ->
 
 
 def test_ids(run: Run, capsule: CapsuleReader, audit: AuditRecorder) -> None:
-    levels: dict[str, list[str]] = {"test folders": list(capsule.inventory.test_dirs)}
+    """Names on disk are safe ids; no two names of one level, found or declared, differ only in case.
+
+    The syntax and uniqueness of the ids run.json declares belong to its schema (capsule.run_json_schema),
+    a test declared twice to capsule.tests_declared: each defect is reported once.
+    """
+    found: dict[str, list[str]] = {"test folders": list(capsule.inventory.test_dirs)}
     for test_id, rels in capsule.inventory.pngs.items():
         for level, position in (("conditions", 3), ("roles", 4), ("samples", 5)):
             names = {rel.split("/")[position] for rel in rels}
             if level == "samples":
                 names = {name[: -len(".png")] for name in names}
-            levels[f"{level} of test {test_id}"] = sorted(names)
+            found[f"{level} of test {test_id}"] = sorted(names)
+    declared: dict[str, list[str]] = {}
     problems: list[str] = []
     if run.declared is not None:
         if run.run_id != run.path.name:
             problems.append(f"folder {run.path.name!r} differs from run_id {run.run_id!r}")
-        levels["declared run_id"] = [run.run_id]
-        levels["declared tests"] = [test.test_id for test in run.tests]
-        levels["declared selections"] = [test.selection_id for test in run.tests if test.selection_id]
+        declared["declared tests"] = [test.test_id for test in run.tests]
         for test in run.tests:
-            levels[f"conditions declared by {test.test_id}"] = list(test.conditions)
-            levels[f"roles declared by {test.test_id}"] = list(test.roles)
-    for level, names in levels.items():
+            declared[f"conditions declared by {test.test_id}"] = list(test.conditions)
+            declared[f"roles declared by {test.test_id}"] = list(test.roles)
+    for level, names in found.items():
         unsafe = [name for name in names if not is_safe_id(name)]
         if unsafe:
             problems.append(f"unsafe {level}: {_examples(map(repr, unsafe))}")
-        if level.startswith("declared") and level != "declared selections" and duplicates(names):
-            problems.append(f"duplicate {level}: {_examples(duplicates(names))}")
-        for group in casefold_collisions(names):
+    for level, names in {**found, **declared}.items():
+        for group in casefold_collisions(set(names)):
             problems.append(f"{level} collide after case folding: {' / '.join(group)}")
     audit.evidence(problems=problems)
     audit.require(not problems, f"run {run.run_id}: {len(problems)} id problem(s): {_examples(problems)}")
@@ -126,22 +131,22 @@ def test_ids(run: Run, capsule: CapsuleReader, audit: AuditRecorder) -> None:
 
 
 def _inventory_keys(value: Any, pointer: str = "") -> list[str]:
-    """Places where run.json enumerates files, which only the external pull manifest may do."""
-    found = []
+    """Places where run.json enumerates files, which only the external pull manifest may do (outermost)."""
     if isinstance(value, dict):
+        found = []
         for key, item in value.items():
-            if key in INVENTORY_KEYS:
-                found.append(f"{pointer}/{key}")
-            found.extend(_inventory_keys(item, f"{pointer}/{key}"))
-    elif isinstance(value, list):
+            where = f"{pointer}/{key}"
+            found.extend([where] if key in INVENTORY_KEYS else _inventory_keys(item, where))
+        return found
+    if isinstance(value, list):
         if any(
-            isinstance(item, dict) and "path" in item and ({"sha256", "bytes"} & item.keys())
-            for item in value
+            isinstance(item, dict) and "path" in item and {"sha256", "bytes"} & item.keys() for item in value
         ):
-            found.append(pointer or "/")
-        for index, item in enumerate(value):
-            found.extend(_inventory_keys(item, f"{pointer}/{index}"))
-    return found
+            return [pointer or "/"]
+        return [
+            found for index, item in enumerate(value) for found in _inventory_keys(item, f"{pointer}/{index}")
+        ]
+    return []
 
 
 def test_run_json_schema(run: Run, capsule: CapsuleReader, audit: AuditRecorder) -> None:
@@ -153,9 +158,7 @@ def test_run_json_schema(run: Run, capsule: CapsuleReader, audit: AuditRecorder)
         for pointer in inventory
     ]
     problems += schema_problems("run", document)
-    declared_selections = {
-        item.get("selection_id") for item in document.get("selections", []) if isinstance(item, dict)
-    }
+    declared_selections = {item.get("selection_id") for item in _objects(document.get("selections"))}
     for test in run.tests:
         if test.selection_id and test.selection_id not in declared_selections:
             problems.append(
@@ -235,6 +238,8 @@ def test_train_csv(run: Run, capsule: CapsuleReader, audit: AuditRecorder) -> No
 def test_tests_declared(run: Run, capsule: CapsuleReader, audit: AuditRecorder) -> None:
     if run.declared is None:
         audit.not_run(f"run.json is unreadable (reported by capsule.run_json_schema): {run.problem}")
+    if getattr(capsule.inventory.entries.get("test"), "kind", None) != "dir":
+        audit.not_run(f"run {run.run_id} has no test/ folder (reported by capsule.required_paths)")
     declared = [test.test_id for test in run.tests]
     found = set(capsule.inventory.test_dirs)
     audit.evidence(declared=declared, found=sorted(found))
@@ -259,9 +264,9 @@ def test_metrics_schema(
 ) -> None:
     test = _declared(audit, run, declared_test)
     rel = f"{test.folder}/metrics.json"
-    document = audit.need(capsule.json, rel)
-    audit.require(isinstance(document, dict), f"run {run.run_id}: {rel} is not a JSON object")
-    problems = schema_problems("metrics", document)
+    problems = list(audit.need(capsule.metrics_problems, test))
+    audit.require(not problems, f"run {run.run_id}: {rel}: {_examples(problems)}", problems=problems)
+    document = capsule.metrics(test)
     expected = {
         "run_id": run.run_id,
         "test_id": test.test_id,
@@ -272,10 +277,10 @@ def test_metrics_schema(
         "metric_applicability": test.metric_applicability,
         "checkpoint_sha256": _declared_checkpoint_sha(run),
     }
-    for key, value in expected.items():
-        if key in document and document[key] != value:
+    for key, value in expected.items():  # a value run.json lacks is its schema's to report
+        if value is not None and key in document and document[key] != value:
             problems.append(f"{key} is {document[key]!r}, run.json declares {value!r}")
-    rows = [row for row in document.get("metrics", []) if isinstance(row, dict)]
+    rows = document["metrics"]
     if test.metrics_apply:
         protocol = {metric.name: metric for metric in run.metrics}
         keys = [(row.get("metric"), row.get("condition_id")) for row in rows]
@@ -302,86 +307,37 @@ def test_metrics_schema(
     audit.require(not problems, f"run {run.run_id}: {rel}: {_examples(problems)}")
 
 
-def _column_type(table: Any, name: str) -> str | None:
-    return str(table.schema.field(name).type) if name in table.column_names else None
-
-
 def test_results_table(
     run: Run, capsule: CapsuleReader, audit: AuditRecorder, declared_test: DeclaredTest | None
 ) -> None:
     test = _declared(audit, run, declared_test)
     rel = f"{test.folder}/results.parquet"
-    table = audit.need(capsule.table, rel)
-    required = {
-        "condition_id": ("string", "large_string"),
-        "sample_id": ("string", "large_string"),
-        "item_index": ("int64",),
-        "valid": ("bool",),
-        "forward_finite": ("bool",),
-    }
-    if test.metrics_apply:
-        for metric in run.metrics:
-            required[f"m.{metric.name}"] = ("double",)
-            if metric.aggregation == "sum_ratio":
-                required[f"num.{metric.name}"] = ("double",)
-                required[f"den.{metric.name}"] = ("double",)
-    problems = []
-    for name, types in required.items():
-        found = _column_type(table, name)
-        if found is None:
-            problems.append(f"column {name} is missing")
-        elif found not in types:
-            problems.append(f"column {name} is {found}, expected {' or '.join(types)}")
-        elif table.column(name).null_count:
-            problems.append(f"column {name} has {table.column(name).null_count} null(s)")
-    audit.require(not problems, f"run {run.run_id}: {rel}: {_examples(problems)}", problems=problems)
-
-    conditions = table.column("condition_id").to_pylist()
-    samples = table.column("sample_id").to_pylist()
-    indices = table.column("item_index").to_pylist()
-    valid = table.column("valid").to_pylist()
-    finite = table.column("forward_finite").to_pylist()
-    per_condition: dict[str, dict[str, int]] = defaultdict(dict)
-    for condition, sample, index in zip(conditions, samples, indices, strict=True):
-        if sample in per_condition[condition]:
-            problems.append(f"({condition}, {sample}) appears twice")
-        per_condition[condition][sample] = index
-    found_conditions = set(per_condition)
-    if found_conditions != set(test.conditions):
-        problems.append(
-            f"conditions {sorted(found_conditions)} differ from the declared {sorted(test.conditions)}"
-        )
-    reference = per_condition.get(test.conditions[0], {}) if test.conditions else {}
-    for condition, mapping in sorted(per_condition.items()):
-        if len(mapping) != test.n_test:
-            problems.append(f"condition {condition} has {len(mapping)} rows, n_test is {test.n_test}")
-        if mapping != reference:
-            problems.append(f"condition {condition} does not score the same items as {test.conditions[0]}")
-        if len(set(mapping.values())) != len(mapping):
-            problems.append(f"condition {condition} repeats item_index values")
-    unscorable = sum(1 for ok, is_valid in zip(finite, valid, strict=True) if not ok and is_valid)
-    if unscorable:
-        problems.append(f"{unscorable} row(s) are valid although forward_finite is false")
-    audit.evidence(rows=table.num_rows, problems=problems[:50])
+    problems = list(audit.need(capsule.results_problems, test))
+    audit.evidence(rows=capsule.table(rel).num_rows, problems=problems)
     audit.require(not problems, f"run {run.run_id}: {rel}: {_examples(problems)}")
 
 
 def _split_test_ids(
     run: Run, capsule: CapsuleReader, audit: AuditRecorder, test: DeclaredTest
-) -> tuple[set[str], str]:
-    """The ids of the test split: from the split manifest when the run binds one, else results.parquet."""
+) -> tuple[Any, str]:
+    """The ids of the test split (an Arrow array): from the bound split manifest, else results.parquet."""
     split = run.get("split")
     split_id = split.get("split_id") if isinstance(split, Mapping) else None
-    manifest = run.trust_path("splits", f"{split_id}.parquet") if split_id else None
-    if manifest is not None and manifest.is_file() and not manifest.is_symlink():
-        import pyarrow.compute as pc
-        import pyarrow.parquet as pq
+    if is_safe_id(split_id):
+        rel = f"_trust/splits/{split_id}.parquet"
+        manifest = run.trust_path("splits", f"{split_id}.parquet")
+        if manifest.is_file() and not manifest.is_symlink():
+            import pyarrow.compute as pc
+            import pyarrow.parquet as pq
 
-        table = pq.read_table(manifest, columns=["sample_id", "split"])
-        rows = table.filter(pc.equal(table.column("split"), test.split))
-        return set(rows.column("sample_id").to_pylist()), f"_trust/splits/{split_id}.parquet"
-    table = audit.need(capsule.table, f"{test.folder}/results.parquet")
-    return set(table.column("sample_id").to_pylist()), f"{test.folder}/results.parquet"
+            try:
+                table = pq.read_table(manifest, columns=["sample_id", "split"])
+                return table.filter(pc.equal(table.column("split"), test.split)).column("sample_id"), rel
+            except Exception as exc:  # pyarrow raises several unrelated types for a bad file
+                # The manifest is the leakage audits' input; the scored test items still bound the selection.
+                audit.evidence(split_manifest_problem=f"{rel} is unreadable: {exc}")
+    table = audit.need(capsule.results, test)
+    return table.column("sample_id"), f"{test.folder}/results.parquet"
 
 
 def test_selection(
@@ -390,12 +346,18 @@ def test_selection(
     test = _declared(audit, run, declared_test)
     sid = test.selection_id
     declared = run.selections.get(sid) if sid else None
-    audit.require(
-        declared is not None,
-        f"run {run.run_id}: test {test.test_id} names selection {sid!r}, which run.json selections[] lacks",
-    )
+    if declared is None:
+        audit.not_run(
+            f"test {test.test_id} names selection {sid!r}, which run.json selections[] lacks "
+            "(reported by capsule.run_json_schema)"
+        )
     document, sha = audit.need(capsule.trust_json, "selections", f"{sid}.json")
     where = f"_trust/selections/{sid}.json"
+    audit.require(
+        not (isinstance(document, dict) and document.get("performance_ranked") is True),
+        f"run {run.run_id}: {where} is performance_ranked: a selection chosen by score shows the model's "
+        "best cases; it must be fixed per test set, before any model is scored",
+    )
     audit.require(
         sha == declared.get("sha256"),
         f"run {run.run_id}: {where} has sha256 {sha[:12]}…, run.json binds {str(declared.get('sha256'))[:12]}…",
@@ -417,8 +379,12 @@ def test_selection(
     }
     problems = [message for message, holds in checks.items() if not holds]
     audit.require(not problems, f"run {run.run_id}: {where}: {_examples(problems)}", problems=problems)
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
     test_ids, source = _split_test_ids(run, capsule, audit, test)
-    outside = sorted(set(ids) - test_ids)
+    selected = pa.array(ids, pa.string())
+    outside = selected.filter(pc.invert(pc.is_in(selected, value_set=test_ids.cast(pa.string())))).to_pylist()
     audit.evidence(k=k, method=document["method"], ids_checked_against=source)
     audit.require(
         not outside,
@@ -431,10 +397,12 @@ def test_vis_coverage(
     run: Run, capsule: CapsuleReader, audit: AuditRecorder, declared_test: DeclaredTest | None
 ) -> None:
     test = _declared(audit, run, declared_test)
-    ids = _selection_ids(audit, capsule, test)
+    prefix = f"{test.folder}/vis/"
+    if getattr(capsule.inventory.entries.get(prefix[:-1]), "kind", None) != "dir":
+        audit.not_run(f"{prefix} is absent (reported by capsule.required_paths)")
+    ids = audit.need(capsule.selection, test)
     expected = {(c, r, s) for c in test.conditions for r in test.roles for s in ids}
     found = capsule.inventory.vis_keys(test.test_id)
-    prefix = f"{test.folder}/vis/"
     folders = {
         tuple(rel[len(prefix) :].split("/"))
         for rel, entry in capsule.inventory.entries.items()
@@ -531,39 +499,31 @@ def test_metrics_rederived(
             audit.not_applicable("no declared test has applicable metrics (no machine-readable ground truth)")
         audit.not_run(f"run {run.run_id} declares no protocol metrics (reported by capsule.run_json_schema)")
     test, metric = declared_metric
-    document = audit.need(capsule.json, f"{test.folder}/metrics.json")
-    table = audit.need(capsule.table, f"{test.folder}/results.parquet")
-    column = f"m.{metric.name}"
-    if column not in table.column_names:
-        audit.not_run(f"{test.folder}/results.parquet lacks {column} (reported by capsule.results_table)")
     if metric.aggregation not in ("mean", "median", "sum_ratio", "iqm") or metric.precision is None:
         audit.not_run(
-            f"metric {metric.name} declares no usable aggregation/precision (capsule.run_json_schema)"
+            f"metric {metric.name} declares no usable aggregation/precision (reported by capsule.run_json_schema)"
         )
-    import numpy as np
+    document = audit.need(capsule.metrics, test)
+    table = audit.need(capsule.results, test)
+    import pyarrow.compute as pc
 
-    declared_rows = {
-        row.get("condition_id"): row
-        for row in document.get("metrics", [])
-        if isinstance(row, dict) and row.get("metric") == metric.name
-    }
-    condition_column = np.asarray(table.column("condition_id").to_pylist(), dtype=object)
-    valid = np.asarray(table.column("valid").to_pylist(), dtype=bool)
-    values = table.column(column).to_numpy(zero_copy_only=False)
+    declared_rows = {row["condition_id"]: row for row in document["metrics"] if row["metric"] == metric.name}
+    scored = table.filter(table.column("valid"))
     ratio = metric.aggregation == "sum_ratio"
-    numerators = table.column(f"num.{metric.name}").to_numpy(zero_copy_only=False) if ratio else values
-    denominators = table.column(f"den.{metric.name}").to_numpy(zero_copy_only=False) if ratio else values
     tolerance = 0.5 * 10 ** (-metric.precision) + 1e-12
     compared, mismatches = {}, []
     for condition in test.conditions:
         row = declared_rows.get(condition)
         if row is None:
             continue
-        rows = (condition_column == condition) & valid
-        recomputed = _aggregate(metric.aggregation, values[rows], numerators[rows], denominators[rows])
-        declared_value = row.get("value")
-        compared[condition] = {"declared": declared_value, "recomputed": recomputed, "n": int(rows.sum())}
-        if not isinstance(declared_value, (int, float)) or not abs(declared_value - recomputed) <= tolerance:
+        rows = scored.filter(pc.equal(scored.column("condition_id"), condition))
+        values = rows.column(f"m.{metric.name}").to_numpy()
+        numerators = rows.column(f"num.{metric.name}").to_numpy() if ratio else values
+        denominators = rows.column(f"den.{metric.name}").to_numpy() if ratio else values
+        recomputed = _aggregate(metric.aggregation, values, numerators, denominators)
+        declared_value = row["value"]
+        compared[condition] = {"declared": declared_value, "recomputed": recomputed, "n": rows.num_rows}
+        if declared_value is None or not abs(declared_value - recomputed) <= tolerance:
             mismatches.append(
                 f"{condition}: declared {declared_value}, re-derived {recomputed:.{metric.precision + 2}f}"
             )
@@ -579,16 +539,33 @@ def test_metrics_rederived(
     )
 
 
+def _branch_problem(test: DeclaredTest) -> tuple[str, str] | None:
+    """Why the test's ground-truth branch is undeclared or self-contradictory, and which audit says so."""
+    status, applicability = test.ground_truth_status, test.metric_applicability
+    if status is None or applicability is None:
+        return (
+            f"test {test.test_id} declares no ground_truth_status or metric_applicability, and the branch "
+            "is never inferred from absent files",
+            "capsule.run_json_schema",
+        )
+    if (status == NO_GT) != (applicability == "not_applicable"):
+        wanted = "not_applicable" if status == NO_GT else "applicable"
+        return (
+            f"test {test.test_id}: ground_truth_status={status} requires metric_applicability={wanted}, "
+            f"found {applicability}",
+            "capsule.ground_truth_branch",
+        )
+    return None
+
+
 def test_n_scored(
     run: Run, capsule: CapsuleReader, audit: AuditRecorder, declared_test: DeclaredTest | None
 ) -> None:
     test = _declared(audit, run, declared_test)
-    document = audit.need(capsule.json, f"{test.folder}/metrics.json")
-    n_scored = document.get("n_scored")
-    if not isinstance(n_scored, int):
-        audit.not_run(
-            f"{test.folder}/metrics.json has no integer n_scored (reported by capsule.metrics_schema)"
-        )
+    problem = _branch_problem(test)
+    if problem is not None:
+        audit.not_run(f"{problem[0]} (reported by {problem[1]})")
+    n_scored = audit.need(capsule.metrics, test)["n_scored"]
     where = f"run {run.run_id}: {test.folder}/metrics.json"
     if not test.metrics_apply:
         audit.require(
@@ -596,15 +573,12 @@ def test_n_scored(
         )
         audit.note("metrics do not apply; n_scored is 0")
         return
-    table = audit.need(capsule.table, f"{test.folder}/results.parquet")
-    counts: Counter[str] = Counter(
-        condition
-        for condition, valid in zip(
-            table.column("condition_id").to_pylist(), table.column("valid").to_pylist(), strict=False
-        )
-        if valid
+    table = audit.need(capsule.results, test)
+    scored = table.filter(table.column("valid")).group_by("condition_id").aggregate([([], "count_all")])
+    counts = dict(
+        zip(scored.column("condition_id").to_pylist(), scored.column("count_all").to_pylist(), strict=True)
     )
-    audit.evidence(n_scored=n_scored, valid_rows=dict(counts))
+    audit.evidence(n_scored=n_scored, valid_rows=counts)
     audit.require(
         n_scored > 0,
         f"{where}: n_scored is 0 although the test declares its metrics applicable: "
@@ -622,34 +596,30 @@ def test_ground_truth_branch(
     run: Run, capsule: CapsuleReader, audit: AuditRecorder, declared_test: DeclaredTest | None
 ) -> None:
     test = _declared(audit, run, declared_test)
-    status, applicability = test.ground_truth_status, test.metric_applicability
     where = f"run {run.run_id}: test {test.test_id}"
-    audit.require(
-        status is not None and applicability is not None,
-        f"{where}: ground_truth_status and metric_applicability must be declared; "
-        "the branch is never inferred from absent files",
-    )
-    audit.require(
-        (status == NO_GT) == (applicability == "not_applicable"),
-        f"{where}: ground_truth_status={status} requires metric_applicability="
-        f"{'not_applicable' if status == NO_GT else 'applicable'}, found {applicability}",
-    )
-    if status != NO_GT:
+    problem = _branch_problem(test)
+    if problem is not None:
+        message, owner = problem
+        if owner != audit.id:
+            audit.not_run(f"{message} (reported by {owner})")
+        audit.fail(f"run {run.run_id}: {message}")
+    if test.ground_truth_status != NO_GT:
         audit.note("ground truth available; metrics apply")
         return
-    document = audit.need(capsule.json, f"{test.folder}/metrics.json")
-    table = audit.need(capsule.table, f"{test.folder}/results.parquet")
+    document = audit.need(capsule.metrics, test)
+    table = audit.need(capsule.results, test)
+    import pyarrow.compute as pc
+
     problems = []
-    reported = sorted({row.get("metric") for row in document.get("metrics", []) if isinstance(row, dict)})
+    reported = sorted({row["metric"] for row in document["metrics"]})
     if reported:
         problems.append(f"metrics.json reports GT-derived metric(s) {reported}")
     metric_columns = [name for name in table.column_names if name.startswith(("m.", "num.", "den."))]
     if metric_columns:
         problems.append(f"results.parquet carries metric column(s) {metric_columns}")
-    if "forward_finite" in table.column_names:
-        nonfinite = table.num_rows - sum(bool(value) for value in table.column("forward_finite").to_pylist())
-        if nonfinite:
-            problems.append(f"{nonfinite} row(s) are not forward_finite")
+    nonfinite = table.num_rows - (pc.sum(table.column("forward_finite")).as_py() or 0)
+    if nonfinite:
+        problems.append(f"{nonfinite} row(s) are not forward_finite")
     gt_roles = sorted(set(test.roles) & GROUND_TRUTH_ROLES)
     if gt_roles:
         problems.append(f"declares ground-truth/error role(s) {gt_roles}")

@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from runaudit.examples.digits.build import DEMO_RUN_ID, ensure_demo
 
 
@@ -63,6 +62,7 @@ def run_audits(pytester: pytest.Pytester) -> Callable[..., AuditRun]:
         reports = pytester.path / "reports"
         result = pytester.runpytest(
             "-p", "runaudit.fixtures.plugin", "-p", "no:cacheprovider",
+            "-W", "ignore::pytest.PytestAssertRewriteWarning",  # the plugin is already imported here
             "--run", str(run), "--root", str(root), "--report-dir", str(reports), *args,
         )
         stem = report_stem or Path(str(run)).name

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 from runaudit.examples.digits.build import DEMO_RUN_ID
@@ -18,7 +20,31 @@ def test_demo_capsule_passes_every_capsule_audit(run_audits, demo_project: Path)
 
 
 def test_demo_model_is_clearly_above_chance(demo_project: Path) -> None:
-    metrics = json.loads((demo_project / "export" / DEMO_RUN_ID / "test" / "main" / "metrics.json").read_text())
-    accuracy = {row["condition_id"]: row["value"] for row in metrics["metrics"] if row["metric"] == "accuracy"}
+    metrics = json.loads(
+        (demo_project / "export" / DEMO_RUN_ID / "test" / "main" / "metrics.json").read_text()
+    )
+    accuracy = {
+        row["condition_id"]: row["value"] for row in metrics["metrics"] if row["metric"] == "accuracy"
+    }
     assert accuracy["clean"] > 0.9  # chance is 0.1 on ten classes
     assert accuracy["noise"] > 0.5
+
+
+def test_run_demo_builds_audits_and_reports_from_a_bare_root(tmp_path: Path) -> None:
+    """``pytest --run=demo --root <empty dir>``, as the README says: train, seal, audit, report."""
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "--run=demo", f"--root={tmp_path}", "-p", "no:cacheprovider"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"building the demo run under {tmp_path}" in done.stderr
+    assert f"runaudit: wrote {tmp_path / 'reports' / 'demo.json'}" in done.stdout
+    assert f"runaudit: wrote {tmp_path / 'reports' / 'demo.html'}" in done.stdout
+    report = json.loads((tmp_path / "reports" / "demo.json").read_text())
+    assert report["custody_ok"] is True and report["summary"]["failed"] == 0
+    assert (tmp_path / "export" / DEMO_RUN_ID / "run.json").is_file()
+    assert not (tmp_path / "quarantine").exists()

@@ -1,0 +1,82 @@
+"""The capsule (control-plane) audits of the demo capsule against bare pytest startup, side by side.
+
+    python benchmarks/bench_capsule_audits.py [--root DIR] [--repeat 7]
+
+(a) ``python -m pytest -p no:cacheprovider -q <empty test file>``: what any pytest run costs here;
+(b) ``python -m pytest --run=<demo capsule> --root <root> -m custody -k capsule -q -p no:cacheprovider``.
+Both run as fresh processes from the same neutral folder, interleaved (a, b, a, b, ...) after one warm-up
+each, so that machine load falls on both alike. Prints each median, the spread and the ratio b / a
+(target: at most 3x).
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+TARGET_RATIO = 3.0
+
+
+def timed(command: list[str], cwd: Path) -> tuple[float, int]:
+    started = time.perf_counter()
+    done = subprocess.run(command, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, check=False)
+    elapsed = time.perf_counter() - started
+    if done.returncode not in (0, 5):  # 5: the empty file collects no test, as intended
+        raise SystemExit(f"{' '.join(command)} exited {done.returncode}: {done.stderr.decode()[-2000:]}")
+    return elapsed, done.returncode
+
+
+def demo_capsule(root: Path) -> Path:
+    from runaudit.examples.digits.build import ensure_demo  # imports torch: only to build, never measured
+
+    return ensure_demo(root, progress=io.StringIO())
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--root", type=Path, help="project root holding the sealed demo (built if absent)")
+    parser.add_argument("--repeat", type=int, default=7, help="measured runs of each command (default 7)")
+    args = parser.parse_args()
+
+    with tempfile.TemporaryDirectory(prefix="bench-capsule-") as scratch:
+        work = Path(scratch)
+        root = (args.root or work / "root").resolve()
+        root.mkdir(parents=True, exist_ok=True)
+        capsule = demo_capsule(root)
+        empty = work / "test_empty.py"
+        empty.write_text('"""No tests: pytest startup and collection only."""\n')
+        bare = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", str(empty)]
+        audits = [
+            *(sys.executable, "-m", "pytest", f"--run={capsule}", f"--root={root}"),
+            *("-m", "custody", "-k", "capsule", "-q", "-p", "no:cacheprovider"),
+            f"--report-dir={work / 'reports'}",
+        ]
+        samples: dict[str, list[float]] = {"bare": [], "audits": []}
+        for round_index in range(args.repeat + 1):
+            for name, command in (("bare", bare), ("audits", audits)):
+                elapsed, _ = timed(command, cwd=work)
+                if round_index:  # round 0 warms the page cache and the bytecode cache
+                    samples[name].append(elapsed)
+
+    medians = {name: statistics.median(values) for name, values in samples.items()}
+    ratio = medians["audits"] / medians["bare"]
+    print(f"capsule audits of {capsule} vs bare pytest, {args.repeat} interleaved runs each")
+    for name, label in (
+        ("bare", "(a) bare pytest, empty test file"),
+        ("audits", "(b) -m custody -k capsule"),
+    ):
+        values = samples[name]
+        print(f"{label:34s} median {medians[name]:6.3f} s   min {min(values):6.3f}   max {max(values):6.3f}")
+    verdict = "within" if ratio <= TARGET_RATIO else "ABOVE"
+    print(f"ratio (b)/(a) {ratio:.2f}x  ({verdict} the {TARGET_RATIO:.0f}x target)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
