@@ -1,4 +1,8 @@
-"""Produce and close a digits run; ``ensure_demo`` is what ``pytest --run=demo`` calls."""
+"""Produce and close a digits run; ``ensure_demo`` is what ``pytest --run=demo`` calls.
+
+Training code (torch, scikit-learn) is imported only when a run is produced, so resolving an already
+built demo costs nothing: the capsule audits of ``--run=demo`` must not pay for torch.
+"""
 
 from __future__ import annotations
 
@@ -9,11 +13,6 @@ import subprocess
 import time
 from pathlib import Path
 from typing import IO, Any
-
-import torch
-from runaudit.examples.digits import data as digits_data
-from runaudit.examples.digits.evaluate import METRICS, PROTOCOL_ID, evaluate, selection_for
-from runaudit.examples.digits.train import DEFAULT_CONFIG, train
 
 from runaudit.atomic import write_json_atomic
 
@@ -57,6 +56,12 @@ def source_identity() -> dict[str, Any]:
 
 def produce(root: Path, run_id: str, config: dict[str, Any], *, log: Any = print) -> Path:
     """Train, evaluate and declare ``run_id`` under ``root/active/`` (the producer's half of a run)."""
+    import torch
+
+    from runaudit.examples.digits import data as digits_data
+    from runaudit.examples.digits.evaluate import METRICS, PROTOCOL_ID, evaluate, selection_for
+    from runaudit.examples.digits.train import train
+
     workdir = root / "active" / run_id
     outcome = train(workdir, config, log=log)
     dataset = digits_data.load()
@@ -180,6 +185,8 @@ def ensure_demo(root: Path, *, progress: IO[str]) -> Path:
             progress.write(f"  {line}\n")
 
         if not sealed.is_dir():
+            from runaudit.examples.digits.train import DEFAULT_CONFIG
+
             produce(root, DEMO_RUN_ID, DEFAULT_CONFIG, log=log)
             result = close_run(root, DEMO_RUN_ID, log=log)
             if not result.sealed:
