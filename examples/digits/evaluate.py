@@ -58,6 +58,19 @@ def selection_for(
     return json.loads(path.read_bytes()), hashlib.sha256(path.read_bytes()).hexdigest()
 
 
+def condition_inputs(clean: np.ndarray, noise_std: float, rng: np.random.Generator) -> np.ndarray:
+    """The evaluation input path: clean inputs under one condition's noise, kept in [0, 1]."""
+    noise = rng.normal(0.0, noise_std, size=clean.shape).astype(np.float32) if noise_std else 0.0
+    return np.clip(clean + noise, 0.0, 1.0).astype(np.float32)
+
+
+def predict(model: nn.Module, inputs: torch.Tensor) -> torch.Tensor:
+    """The scoring forward: eval mode, no autograd (the smoke adapter checks exactly this)."""
+    model.eval()
+    with torch.no_grad():
+        return model(inputs)
+
+
 def evaluate(
     workdir: Path,
     config: dict[str, Any],
@@ -75,7 +88,6 @@ def evaluate(
     state = torch.load(workdir / "best.pth", weights_only=True)
     model = build(config)
     model.load_state_dict(state["model"])
-    model.eval()
 
     clean = dataset.inputs(test_indices)
     targets = dataset.labels[test_indices]
@@ -104,10 +116,8 @@ def evaluate(
     n_scored = len(test_indices)
     chosen = set(selection["sample_ids"])
     for condition, noise_std in conditions.items():
-        noise = noise_rng.normal(0.0, noise_std, size=clean.shape).astype(np.float32) if noise_std else 0.0
-        inputs = np.clip(clean + noise, 0.0, 1.0).astype(np.float32)
-        with torch.no_grad():
-            logits = model(torch.from_numpy(inputs))
+        inputs = condition_inputs(clean, noise_std, noise_rng)
+        logits = predict(model, torch.from_numpy(inputs))
         finite = torch.isfinite(logits).all(dim=1).numpy()
         losses = nn.functional.cross_entropy(logits, torch.from_numpy(targets), reduction="none").numpy()
         probabilities = torch.softmax(logits, dim=1).numpy()

@@ -97,6 +97,74 @@ def _pin_config(workdir: Path, config: dict[str, Any]) -> None:
     write_bytes_atomic(target, wanted)
 
 
+def build_training(
+    config: dict[str, Any], n_train: int
+) -> tuple[nn.Module, torch.optim.Optimizer, torch.optim.lr_scheduler.LRScheduler]:
+    """The model, optimizer and schedule a run starts from (the smoke adapter builds the same)."""
+    settings = config["train"]
+    model = build(config)
+    optimizer = torch.optim.AdamW(
+        model.parameters(), lr=settings["lr"], weight_decay=settings["weight_decay"]
+    )
+    steps_per_epoch = math.ceil(n_train / settings["batch_size"])
+    scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(
+        optimizer, T_max=settings["epochs"] * steps_per_epoch
+    )
+    return model, optimizer, scheduler
+
+
+def training_loss(model: nn.Module, inputs: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    return nn.functional.cross_entropy(model(inputs), labels)
+
+
+def train_step(
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    scheduler: torch.optim.lr_scheduler.LRScheduler,
+    inputs: torch.Tensor,
+    labels: torch.Tensor,
+) -> tuple[float, float]:
+    """One optimizer step; returns the loss and the gradient norm."""
+    optimizer.zero_grad(set_to_none=True)
+    loss = training_loss(model, inputs, labels)
+    loss.backward()
+    norm = float(nn.utils.clip_grad_norm_(model.parameters(), max_norm=math.inf))
+    optimizer.step()
+    scheduler.step()
+    return loss.item(), norm
+
+
+def training_state(
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    scheduler: torch.optim.lr_scheduler.LRScheduler,
+    **counters: Any,
+) -> dict[str, Any]:
+    """Everything ``latest.pth`` holds: weights, optimizer, schedule, RNG, and the run's counters."""
+    return {
+        "model": model.state_dict(),
+        "optimizer": optimizer.state_dict(),
+        "scheduler": scheduler.state_dict(),
+        "rng": {"torch": torch.get_rng_state()},
+        **counters,
+    }
+
+
+def restore_training(
+    path: Path,
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    scheduler: torch.optim.lr_scheduler.LRScheduler,
+) -> dict[str, Any]:
+    """Load ``path`` (weights only) into the objects and the RNG; returns the whole saved state."""
+    state = torch.load(path, weights_only=True)
+    model.load_state_dict(state["model"])
+    optimizer.load_state_dict(state["optimizer"])
+    scheduler.load_state_dict(state["scheduler"])
+    torch.set_rng_state(state["rng"]["torch"])
+    return state
+
+
 def _evaluate(model: nn.Module, inputs: torch.Tensor, labels: torch.Tensor) -> tuple[float, float]:
     model.eval()
     with torch.no_grad():
@@ -129,24 +197,13 @@ def train(
     val_x = torch.from_numpy(dataset.inputs(split["val"]))
     val_y = torch.from_numpy(dataset.labels[split["val"]])
 
-    model = build(config)
-    optimizer = torch.optim.AdamW(
-        model.parameters(), lr=settings["lr"], weight_decay=settings["weight_decay"]
-    )
-    steps_per_epoch = math.ceil(len(train_x) / settings["batch_size"])
-    scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(
-        optimizer, T_max=settings["epochs"] * steps_per_epoch
-    )
+    model, optimizer, scheduler = build_training(config, len(train_x))
 
     epoch, step, history = 0, 0, []
     best: dict[str, Any] = {"epoch": 0, "step": 0, "value": -math.inf}
     latest = workdir / "latest.pth"
     if latest.exists():
-        state = torch.load(latest, weights_only=True)
-        model.load_state_dict(state["model"])
-        optimizer.load_state_dict(state["optimizer"])
-        scheduler.load_state_dict(state["scheduler"])
-        torch.set_rng_state(state["rng"]["torch"])
+        state = restore_training(latest, model, optimizer, scheduler)
         epoch, step, history, best = (
             state["epoch"],
             state["step"],
@@ -167,14 +224,10 @@ def train(
         losses, norms = [], []
         for start in range(0, len(order), settings["batch_size"]):
             batch = order[start : start + settings["batch_size"]]
-            optimizer.zero_grad(set_to_none=True)
-            loss = nn.functional.cross_entropy(model(train_x[batch]), train_y[batch])
-            loss.backward()
-            norms.append(float(nn.utils.clip_grad_norm_(model.parameters(), max_norm=math.inf)))
-            optimizer.step()
-            scheduler.step()
+            loss, norm = train_step(model, optimizer, scheduler, train_x[batch], train_y[batch])
             step += 1
-            losses.append(loss.item())
+            losses.append(loss)
+            norms.append(norm)
         val_accuracy, val_loss = _evaluate(model, val_x, val_y)
         history.append(
             {
@@ -200,16 +253,9 @@ def train(
                     "selection": {"metric": "accuracy", "split": "val", "mode": "max", "value": val_accuracy},
                 },
             )
-        state = {
-            "model": model.state_dict(),
-            "optimizer": optimizer.state_dict(),
-            "scheduler": scheduler.state_dict(),
-            "rng": {"torch": torch.get_rng_state()},
-            "epoch": epoch,
-            "step": step,
-            "best": best,
-            "history": history,
-        }
+        state = training_state(
+            model, optimizer, scheduler, epoch=epoch, step=step, best=best, history=history
+        )
         save_checkpoint(latest, state)
         write_bytes_atomic(workdir / "train.csv", history_csv(history))
         log(

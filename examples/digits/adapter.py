@@ -1,0 +1,160 @@
+"""The demo's smoke adapter: the digits project's own training code, handed to runaudit's smoke gate.
+
+``pytest -p runaudit.examples.digits.adapter -m smoke`` loads it as a plugin. Every fixture calls the
+code the demo's trainer and evaluator run (``train.py``, ``evaluate.py``, ``build.py``) on a few real
+digits: nothing here re-implements a step, a checkpoint or an input path, or the smoke would audit a copy.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+from runaudit.examples.digits import data as digits_data
+from runaudit.examples.digits.build import produce
+from runaudit.examples.digits.evaluate import condition_inputs, predict
+from runaudit.examples.digits.train import (
+    DEFAULT_CONFIG,
+    build_training,
+    restore_training,
+    save_checkpoint,
+    train_step,
+    training_loss,
+    training_state,
+)
+from runaudit.fixtures.adapter import Batch, InputPaths, Training
+
+CONFIG = DEFAULT_CONFIG
+TRAIN_BATCH, EVAL_BATCH, PARITY_SAMPLES, PROBE_ITEMS = 16, 64, 8, 600
+
+
+def tiny_config() -> dict[str, Any]:
+    """The demo's configuration cut to one epoch: what the smoke's capsule round trip trains."""
+    config = copy.deepcopy(CONFIG)
+    config["train"]["epochs"] = 1
+    return config
+
+
+@pytest.fixture(scope="session")
+def digits() -> tuple[digits_data.Digits, dict[str, np.ndarray]]:
+    dataset = digits_data.load()
+    split = digits_data.stratified_split(
+        dataset.labels,
+        seed=CONFIG["data"]["split_seed"],
+        fractions=(CONFIG["data"]["val_fraction"], CONFIG["data"]["test_fraction"]),
+    )
+    return dataset, split
+
+
+def _batch(dataset: digits_data.Digits, indices: np.ndarray) -> Batch:
+    return Batch(torch.from_numpy(dataset.inputs(indices)), torch.from_numpy(dataset.labels[indices]))
+
+
+@pytest.fixture(scope="session")
+def smoke_state(digits: tuple[digits_data.Digits, dict[str, np.ndarray]]) -> Callable[[], Training]:
+    _, split = digits
+
+    def fresh() -> Training:
+        torch.manual_seed(CONFIG["train"]["seed"])  # as train() does at the start of every process
+        model, optimizer, scheduler = build_training(CONFIG, len(split["train"]))
+        return Training(model, optimizer, scheduler)
+
+    return fresh
+
+
+@pytest.fixture(scope="session")
+def smoke_train_batch(digits: tuple[digits_data.Digits, dict[str, np.ndarray]]) -> Batch:
+    dataset, split = digits
+    return _batch(dataset, split["train"][:TRAIN_BATCH])
+
+
+@pytest.fixture(scope="session")
+def smoke_eval_batch(digits: tuple[digits_data.Digits, dict[str, np.ndarray]]) -> Batch:
+    dataset, split = digits
+    indices = split["test"][:EVAL_BATCH]
+    clean = condition_inputs(dataset.inputs(indices), 0.0, np.random.default_rng(0))
+    return Batch(torch.from_numpy(clean), torch.from_numpy(dataset.labels[indices]))
+
+
+@pytest.fixture(scope="session")
+def smoke_loss() -> Callable[[torch.nn.Module, Batch], torch.Tensor]:
+    return lambda model, batch: training_loss(model, batch.inputs, batch.targets)
+
+
+@pytest.fixture(scope="session")
+def smoke_step() -> Callable[[Training, Batch], float]:
+    def step(state: Training, batch: Batch) -> float:
+        loss, _ = train_step(state.model, state.optimizer, state.scheduler, batch.inputs, batch.targets)
+        state.step += 1
+        return loss
+
+    return step
+
+
+@pytest.fixture(scope="session")
+def smoke_predict() -> Callable[[torch.nn.Module, torch.Tensor], torch.Tensor]:
+    return predict
+
+
+@pytest.fixture(scope="session")
+def smoke_save() -> Callable[[Training, Path], None]:
+    def save(state: Training, path: Path) -> None:
+        best = {"epoch": 0, "step": 0, "value": -math.inf}
+        payload = training_state(
+            state.model,
+            state.optimizer,
+            state.scheduler,
+            epoch=state.epoch,
+            step=state.step,
+            best=best,
+            history=[],
+        )
+        save_checkpoint(path, payload)
+
+    return save
+
+
+@pytest.fixture(scope="session")
+def smoke_load(smoke_state: Callable[[], Training]) -> Callable[[Path], Training]:
+    def load(path: Path) -> Training:
+        state = smoke_state()
+        saved = restore_training(path, state.model, state.optimizer, state.scheduler)
+        state.epoch, state.step = saved["epoch"], saved["step"]
+        return state
+
+    return load
+
+
+@pytest.fixture(scope="session")
+def smoke_input_paths(digits: tuple[digits_data.Digits, dict[str, np.ndarray]]) -> InputPaths:
+    """The trainer feeds ``dataset.inputs``; the evaluator feeds the clean condition of ``condition_inputs``."""
+    dataset, split = digits
+
+    def trained(index: int) -> np.ndarray:
+        return dataset.inputs(np.array([index]))[0]
+
+    def scored(index: int) -> np.ndarray:
+        return condition_inputs(dataset.inputs(np.array([index])), 0.0, np.random.default_rng(0))[0]
+
+    return InputPaths(
+        raw=[int(index) for index in split["test"][:PARITY_SAMPLES]], train=trained, eval=scored
+    )
+
+
+@pytest.fixture(scope="session")
+def smoke_probe_data(digits: tuple[digits_data.Digits, dict[str, np.ndarray]]) -> Batch:
+    """Raw pixels (0–16) and labels of training items: is the class linearly in the input at all?"""
+    dataset, split = digits
+    indices = split["train"][:PROBE_ITEMS]
+    return Batch(dataset.images[indices], dataset.labels[indices])
+
+
+@pytest.fixture(scope="session")
+def smoke_capsule() -> Callable[[Path, str], None]:
+    return lambda root, run_id: produce(root, run_id, tiny_config(), log=lambda line: None)
