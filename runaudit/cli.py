@@ -16,7 +16,21 @@ import runaudit
 from runaudit.runners import RunnerError
 
 USAGE_ERROR = 2
-VERB_MODULES = ("runaudit.runners.close", "runaudit.runners.manifest", "runaudit.runners.custody")
+VERB_MODULES = (
+    "runaudit.runners.close",
+    "runaudit.runners.manifest",
+    "runaudit.runners.custody",
+    # remote_close adds the box options to close, so it comes after it.
+    "runaudit.runners.remote_close",
+    "runaudit.runners.show_profiles",
+    "runaudit.runners.push",
+    "runaudit.runners.launch",
+    "runaudit.runners.watch",
+    "runaudit.runners.remote_audit",
+    "runaudit.runners.pull",
+    "runaudit.runners.down",
+    "runaudit.runners.cluster",
+)
 
 
 def build_parser() -> argparse.ArgumentParser:

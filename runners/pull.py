@@ -1,0 +1,193 @@
+"""``runaudit pull``: bring a pull's capsules home, resumably, and let the custody audits decide.
+
+1. Copy the producer's ``_trust/pulls/<id>/PULL_MANIFEST.json`` from the box (a manifest is immutable:
+   a local copy with other bytes is refused).
+2. For each roster run, compare the local ``runs/<id>`` with the manifest: only files that are missing,
+   of another size, or of another SHA-256 are fetched, with ``rsync --partial`` (an interrupted pull
+   keeps what arrived; the same command resumes it).
+3. ``runaudit verify``: the custody audits on every roster run; ``PULL_VERIFIED.json`` is written only
+   when all of them pass. A transfer never decides success; the manifest and the audits do.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+
+from runaudit.fixtures import manifest as manifests
+from runaudit.fixtures.hashing import hash_files, progress_bar
+from runaudit.fixtures.ids import is_safe_id
+from runaudit.fixtures.schema import schema_problems
+from runaudit.runners import RunnerError, existing_dir
+from runaudit.runners.box import Box, add_box_arguments, box_from_args
+from runaudit.runners.custody import Verification, write_receipt
+from runaudit.runners.ssh import Remote
+from runaudit.runners.transfer import remote_path, rsync
+
+from runaudit.atomic import write_bytes_atomic
+
+
+@dataclass
+class PullResult:
+    pull_id: str
+    fetched: dict[str, list[str]] = field(default_factory=dict)  # run id -> files fetched this time
+    checked: int = 0
+    verification: Verification | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.verification is not None and self.verification.ok
+
+
+def fetch_manifest(box: Box, root: Path, pull_id: str) -> manifests.ManifestFile:
+    """The box's manifest, copied once into the local ``_trust/pulls/<id>/`` and checked."""
+    if not is_safe_id(pull_id):
+        raise RunnerError(f"pull id {pull_id!r} is not a safe id")
+    source = box.path("_trust", "pulls", pull_id, manifests.MANIFEST)
+    with Remote(box.endpoint) as remote:
+        try:
+            data = remote.read_file(source)
+        except FileNotFoundError:
+            raise RunnerError(
+                f"pull {pull_id}: {box.endpoint.label}:{source} does not exist; build it on the box first "
+                "(runaudit manifest --root ROOT --roster FILE --pull-id ID)"
+            ) from None
+    target = manifests.pulls_dir(root) / pull_id / manifests.MANIFEST
+    if target.is_symlink() or (target.exists() and target.read_bytes() != data):
+        raise RunnerError(
+            f"pull {pull_id}: {target} already holds another manifest than the box's; a manifest is "
+            "immutable, so a changed one needs a new pull id"
+        )
+    if not target.exists():
+        write_bytes_atomic(target, data)
+    manifest = manifests.read_manifest(target)
+    problems = [manifest.problem] if manifest.problem else schema_problems("pull", manifest.document)
+    paths = [str(entry.get("path")) for entry in manifest.entries]
+    problems += [problem for path in paths for problem in manifests.path_problems(path)]
+    problems += manifests.collection_problems(paths)
+    problems += [f"{path} is outside the roster" for path in paths if path.split("/", 1)[0] not in manifest.roster]
+    if not manifest.roster:
+        problems.append("the roster is empty")
+    if problems:
+        raise RunnerError(f"pull {pull_id}: the manifest from the box is not usable: {problems[0]}")
+    return manifest
+
+
+def stale_files(runs: Path, manifest: manifests.ManifestFile) -> tuple[list[str], int]:
+    """Manifest paths whose local copy is missing or differs in size or SHA-256; and how many were checked."""
+    stale: list[str] = []
+    same_size: dict[Path, dict] = {}
+    for entry in manifest.entries:
+        local = runs / entry["path"]
+        if local.is_symlink() or not local.is_file() or local.stat().st_size != entry["bytes"]:
+            stale.append(entry["path"])
+        else:
+            same_size[local] = entry
+    total = sum(entry["bytes"] for entry in same_size.values())
+    bar = progress_bar(total, f"sha256 of {len(same_size)} local files")
+    digests = hash_files(same_size, on_bytes=bar.update if bar is not None else None)
+    if bar is not None:
+        bar.close()
+    stale += [entry["path"] for local, entry in same_size.items() if digests[local].sha256 != entry["sha256"]]
+    return sorted(stale), len(manifest.entries)
+
+
+def referenced_records(runs: Path, roster: list[str]) -> list[str]:
+    """``_trust/`` records the pulled runs bind by id and hash: their selections and split manifests.
+
+    The capsule audits need them on this side too; run.json's hashes, checked by those audits, are what
+    make fetching them safe. A record already here is never replaced.
+    """
+    wanted: set[str] = set()
+    for run_id in roster:
+        try:
+            declared = json.loads((runs / run_id / "run.json").read_bytes())
+        except (OSError, ValueError):
+            continue  # the capsule audits report an unreadable run.json
+        if not isinstance(declared, dict):
+            continue
+        selections = declared.get("selections") if isinstance(declared.get("selections"), list) else []
+        wanted |= {f"selections/{item.get('selection_id')}.json" for item in selections if isinstance(item, dict)}
+        split = declared.get("split") if isinstance(declared.get("split"), dict) else {}
+        wanted.add(f"splits/{split.get('split_id')}.parquet")
+    trust = runs.parent / "_trust"
+    return sorted(rel for rel in wanted if is_safe_id(PurePosixPath(rel).stem) and not (trust / rel).exists())
+
+
+def pull(
+    box: Box,
+    root: Path,
+    pull_id: str,
+    *,
+    bwlimit_kbps: int | None = None,
+    log: Callable[[str], None] = print,
+) -> PullResult:
+    manifest = fetch_manifest(box, root, pull_id)
+    runs = root / "runs"
+    for run_id in manifest.roster:
+        if (runs / run_id).is_symlink():
+            raise RunnerError(f"pull {pull_id}: {runs / run_id} is a symlink; refusing to write through it")
+    result = PullResult(pull_id)
+    stale, result.checked = stale_files(runs, manifest)
+    for run_id in manifest.roster:
+        wanted = [path.split("/", 1)[1] for path in stale if path.split("/", 1)[0] == run_id]
+        for folder in manifest.empty_dirs_of(run_id):
+            (runs / folder).mkdir(parents=True, exist_ok=True)
+        if not wanted:
+            log(f"pull {pull_id}: {run_id}: every file already matches the manifest")
+            continue
+        log(f"pull {pull_id}: {run_id}: fetching {len(wanted)} of {len(manifest.entries_of(run_id))} files")
+        rsync(
+            box.endpoint,
+            remote_path(box.endpoint, box.path("export", run_id) + "/"),
+            f"{runs / run_id}/",
+            files=wanted,
+            refetch=True,
+            bwlimit_kbps=bwlimit_kbps,
+            progress=sys.stderr if sys.stderr.isatty() else None,
+        )
+        result.fetched[run_id] = wanted
+    records = referenced_records(runs, manifest.roster)
+    if records:
+        log(f"pull {pull_id}: fetching {len(records)} _trust record(s) the runs bind: {', '.join(records)}")
+        rsync(
+            box.endpoint, remote_path(box.endpoint, box.path("_trust") + "/"), f"{root / '_trust'}/",
+            files=records, missing_ok=True,
+        )
+    result.verification = write_receipt(root, pull_id, log=log)
+    return result
+
+
+def _main(args: argparse.Namespace) -> int:
+    box = box_from_args(args)
+    result = pull(
+        box, args.root, args.pull_id, bwlimit_kbps=args.bwlimit, log=lambda line: print(line, file=sys.stderr)
+    )
+    fetched = sum(len(files) for files in result.fetched.values())
+    if result.ok:
+        print(f"pull {args.pull_id}: {fetched} file(s) fetched, {result.checked} verified; receipt written")
+        return 0
+    assert result.verification is not None
+    for line in result.verification.problems:
+        print(line, file=sys.stderr)
+    print(
+        f"pull {args.pull_id}: {fetched} file(s) fetched; the custody audits did not pass, so NO receipt: "
+        "the bytes here are not proven to be the producer's",
+        file=sys.stderr,
+    )
+    return 1
+
+
+def add_verb(verbs: argparse._SubParsersAction) -> None:
+    parser = verbs.add_parser(
+        "pull", help="rsync a pull's capsules home (resumable), then verify them and write the receipt"
+    )
+    add_box_arguments(parser)
+    parser.add_argument("--root", type=existing_dir, required=True, help="local project root (capsules go to runs/)")
+    parser.add_argument("--pull-id", required=True)
+    parser.add_argument("--bwlimit", type=int, metavar="KBPS", help="cap rsync's bandwidth (KiB/s)")
+    parser.set_defaults(handler=_main)

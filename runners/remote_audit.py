@@ -1,0 +1,118 @@
+"""``runaudit audit RUN_ID --host ...``: run the same pytest suite on the box and bring the verdicts home.
+
+pytest never opens SSH itself: this verb runs ``python -m pytest --run RUN_ID`` on the box (so the
+live and preflight audits read the box's own files, ``/proc`` and GPUs), fetches the JSON report over
+SFTP, and merges its verdicts into ``<root>/reports/<run-id>.json`` locally, each one labelled with
+``where`` it ran. Verdicts from another place are kept; those from the same box are replaced.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import sys
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from runaudit.fixtures.verdicts import Verdict
+from runaudit.reports import html
+from runaudit.reports.document import custody_ok, report_stem
+from runaudit.runners import RunnerError, existing_dir
+from runaudit.runners.box import Box, add_box_arguments, box_from_args, require_run_id
+from runaudit.runners.remote_close import NOT_INSTALLED, python_on_box
+from runaudit.runners.ssh import Remote, transport_failure
+
+from runaudit.atomic import write_bytes_atomic, write_json_atomic
+
+PYTEST_EXITS = {0: "every audit held", 1: "some audits did not hold"}
+
+
+def merge(local: Mapping[str, Any] | None, remote: Mapping[str, Any], where: str) -> dict[str, Any]:
+    """The local report with the box's verdicts (labelled ``where``) replacing any earlier ones from it."""
+    arrived = [{**item, "where": where} for item in remote["verdicts"]]
+    base = dict(local) if local is not None else dict(remote)
+    kept = [item for item in (local or {}).get("verdicts", []) if item.get("where", "local") != where]
+    verdicts = sorted([*kept, *arrived], key=lambda item: (item["audit"], item["subject"], item["where"]))
+    counts = Counter(item["verdict"] for item in verdicts)
+    base["verdicts"] = verdicts
+    base["summary"] = {verdict.value: counts.get(verdict.value, 0) for verdict in Verdict}
+    base["custody_ok"] = custody_ok(verdicts)
+    return base
+
+
+def audit_on_box(
+    box: Box, run_id: str, workdir: str | None, pytest_args: Sequence[str]
+) -> tuple[int, dict[str, Any], str]:
+    """(pytest's exit status, the box's report, pytest's output tail) for the suite run on the box."""
+    require_run_id(run_id)
+    with Remote(box.endpoint) as remote:
+        made = remote.run("mktemp -d \"${TMPDIR:-/tmp}/runaudit-audit.XXXXXX\"")
+        if not made.ok:
+            raise RunnerError(f"audit: cannot make a temporary folder on the box: {made.tail()}")
+        reports = made.stdout.strip()
+        try:
+            module_args = [
+                "pytest", "-c", "/dev/null", "--rootdir", str(box.root), "-p", "runaudit.fixtures.plugin",
+                "-p", "no:cacheprovider", "-q", "--run", run_id, "--root", str(box.root),
+                "--report-dir", reports, *pytest_args,
+            ]
+            done = remote.run(python_on_box(box, workdir, module_args), timeout=3600)
+            if done.exit_code in NOT_INSTALLED:
+                raise RunnerError(f"audit: pytest did not start on the box ({done.tail()}); pass --workdir or --python")
+            try:
+                document = json.loads(remote.read_file(f"{reports}/{report_stem(run_id)}.json"))
+            except FileNotFoundError:
+                raise RunnerError(
+                    f"audit {run_id}: the suite on {box.endpoint.label} wrote no report "
+                    f"(pytest exit {done.exit_code}: {done.tail()})"
+                ) from None
+            except ValueError as exc:
+                raise transport_failure(box.endpoint, exc, "reading the report from") from None
+        finally:
+            remote.run(f"rm -rf -- {shlex.quote(reports)}")
+    return done.exit_code, document, done.tail(3)
+
+
+def write_merged(report_dir: Path, run_id: str, remote: Mapping[str, Any], where: str) -> Path:
+    target = report_dir / f"{report_stem(run_id)}.json"
+    local = json.loads(target.read_text(encoding="utf-8")) if target.is_file() else None
+    merged = merge(local, remote, where)
+    write_json_atomic(target, merged)
+    write_bytes_atomic(target.with_suffix(".html"), html.render(merged).encode("utf-8"))
+    return target
+
+
+def _main(args: argparse.Namespace) -> int:
+    box = box_from_args(args)
+    pytest_args = args.pytest_args
+    if "--" in pytest_args:
+        raise RunnerError("audit: options go before RUN_ID: runaudit audit [options] RUN_ID -- PYTEST ARGS")
+    code, document, tail = audit_on_box(box, args.run_id, args.workdir, pytest_args)
+    report_dir = args.report_dir or (args.root / "reports")
+    target = write_merged(report_dir, args.run_id, document, box.endpoint.label)
+    summary = ", ".join(f"{count} {name}" for name, count in document["summary"].items() if count)
+    print(f"audit {args.run_id} on {box.endpoint.label}: {summary or 'no verdicts'}; merged into {target}")
+    if code not in PYTEST_EXITS:
+        print(f"audit {args.run_id}: pytest on the box exited {code}: {tail}", file=sys.stderr)
+        return 2
+    return code
+
+
+def add_verb(verbs: argparse._SubParsersAction) -> None:
+    parser = verbs.add_parser(
+        "audit",
+        usage="runaudit audit [options] RUN_ID [-- PYTEST ARGS ...]",
+        help="run the audits on the box (live, preflight, or all) and merge the verdicts into the local report",
+        description="Options come before RUN_ID; what follows it goes to pytest on the box, "
+        "e.g. -- -m preflight --profile autodl.",
+    )
+    parser.add_argument("run_id", metavar="RUN_ID")
+    add_box_arguments(parser)
+    parser.add_argument("--workdir", help="the pushed code on the box (put on PYTHONPATH)")
+    parser.add_argument("--root", type=existing_dir, default=Path.cwd(), help="local project root (default: .)")
+    parser.add_argument("--report-dir", type=Path, help="local report folder (default: <root>/reports)")
+    parser.add_argument("pytest_args", nargs=argparse.REMAINDER, help="pytest's own arguments, after RUN_ID")
+    parser.set_defaults(handler=_main)

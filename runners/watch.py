@@ -1,0 +1,193 @@
+"""``runaudit watch``: one look at a launched run, from live signals only, in one SSH round trip.
+
+Signals: the launch attempt's wrapper PID (alive only if ``/proc/<pid>`` still has the start time the
+wrapper recorded, so a recycled PID or the probe itself can never count), the tmux session, the exit
+code the wrapper wrote, the age of the attempt's log and of the run's ``train.csv``, disk bytes and
+inodes, GPU utilisation. A log line never decides anything.
+
+States: ``running``, ``stalled`` (alive, but no log or progress-file write for ``--stall-after``),
+``finished`` (the wrapper recorded exit 0), ``dead`` (no live process, and no exit 0), and ``unknown``
+when the transport failed: that proves nothing about the run, so it is never reported as ``dead``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import sys
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+
+from runaudit.runners import RunnerError
+from runaudit.runners.box import Box, add_box_arguments, box_from_args, require_run_id
+from runaudit.runners.ssh import UNKNOWN_STATE, Remote, TransportError
+
+STALL_AFTER_S = 1800.0
+EXIT_STATUS = {"running": 0, "finished": 0, "stalled": 1, "dead": 1, "unknown": 3}
+PROGRESS_FILE = "active/{run_id}/train.csv"
+
+# POSIX sh, read-only: prints key=value lines and a final sentinel so a truncated answer is detectable.
+PROBE = r"""
+now=$(date +%s); echo "now=$now"
+if [ ! -f "$S/current" ]; then echo "launched=no"; echo "probe=complete"; exit 0; fi
+att=$(cat "$S/current"); A="$S/$att"; echo "attempt=$att"
+[ -f "$A/started" ] && echo "started=$(cat "$A/started")"
+sess=$(cat "$A/session" 2>/dev/null)
+if [ -z "$sess" ]; then echo "session=n/a"
+elif command -v tmux >/dev/null 2>&1 && tmux -L "$SOCK" has-session -t "=$sess" 2>/dev/null; then echo "session=yes"
+else echo "session=no"; fi
+if [ -f "$A/pid" ]; then
+  read pid start < "$A/pid"; echo "pid=$pid"
+  if [ -r "/proc/$pid/stat" ]; then
+    rest=$(sed 's/^.*) //' "/proc/$pid/stat")
+    st=$(echo "$rest" | cut -d' ' -f1); cur=$(echo "$rest" | cut -d' ' -f20)
+    if [ "$cur" = "$start" ] && [ "$st" != "Z" ]; then echo "alive=yes"; else echo "alive=no"; fi
+  elif [ -d /proc/self ]; then echo "alive=no"
+  elif kill -0 "$pid" 2>/dev/null; then echo "alive=unverified"
+  else echo "alive=no"; fi
+fi
+[ -f "$A/exit_code" ] && echo "exit_code=$(cat "$A/exit_code")"
+if [ -f "$A/log" ]; then
+  echo "log_mtime=$(stat -c %Y "$A/log")"; echo "log_bytes=$(stat -c %s "$A/log")"
+  echo "log_last=$(tail -n 1 "$A/log" | tr -d '\r' | cut -c1-300)"
+fi
+if [ -f "$P" ]; then
+  echo "progress_mtime=$(stat -c %Y "$P")"; echo "progress_rows=$(($(wc -l < "$P") - 1))"
+  echo "progress_last=$(tail -n 1 "$P" | tr -d '\r' | cut -c1-300)"
+fi
+df -Pk "$R" 2>/dev/null | awk 'NR==2 {print "disk_avail_kb=" $4; print "disk_used=" $5}'
+df -Pi "$R" 2>/dev/null | awk 'NR==2 {print "inodes_used=" $5}'
+if command -v nvidia-smi >/dev/null 2>&1; then
+  nvidia-smi --query-gpu=utilization.gpu,memory.used --format=csv,noheader,nounits 2>/dev/null | sed 's/^/gpu=/'
+fi
+echo "probe=complete"
+"""
+
+
+@dataclass(frozen=True)
+class Status:
+    run_id: str
+    where: str
+    state: str
+    reason: str
+    signals: Mapping[str, str] = field(default_factory=dict)
+
+    def line(self) -> str:
+        return f"watch {self.run_id} on {self.where}: {self.state} — {self.reason}"
+
+
+def parse_signals(text: str) -> dict[str, str]:
+    signals: dict[str, str] = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition("=")
+        if sep and key.isidentifier():
+            signals[key] = f"{signals[key]}; {value}" if key == "gpu" and key in signals else value
+    return signals
+
+
+def probe_command(box: Box, run_id: str, progress_file: str) -> str:
+    progress = progress_file.format(run_id=run_id)
+    progress_path = progress if progress.startswith("/") else box.path(progress)
+    bindings = {"S": box.run_state(run_id), "SOCK": box.tmux_socket, "P": progress_path, "R": str(box.root)}
+    return "".join(f"{name}={shlex.quote(value)}\n" for name, value in bindings.items()) + PROBE
+
+
+def _int(signals: Mapping[str, str], key: str) -> int | None:
+    try:
+        return int(signals[key])
+    except (KeyError, ValueError):
+        return None
+
+
+def classify(signals: Mapping[str, str], *, stall_after_s: float = STALL_AFTER_S) -> tuple[str, str]:
+    """(state, reason) from one probe's signals; the rules of the module docstring, nothing else."""
+    if signals.get("probe") != "complete":
+        return "unknown", f"the probe's answer was cut short; {UNKNOWN_STATE}"
+    if signals.get("launched") == "no":
+        raise RunnerError("no launch record for this run on the box; launch it with `runaudit launch` first")
+    now = _int(signals, "now") or 0
+    alive = signals.get("alive")
+    session = signals.get("session", "n/a")
+    exit_code = signals.get("exit_code")
+    started = _int(signals, "started") or now
+    if alive in ("yes", "unverified") or (alive is None and exit_code is None and session == "yes"):
+        # Only writes made by this attempt count: train.csv from an earlier attempt is history.
+        writes = [value for key in ("log_mtime", "progress_mtime") if (value := _int(signals, key)) is not None]
+        age = now - max([value for value in writes if value >= started], default=started)
+        what = f"pid {signals['pid']} alive" if "pid" in signals else "starting (tmux session present)"
+        if alive == "unverified":
+            what += " (no /proc to verify its identity)"
+        if age > stall_after_s:
+            return "stalled", f"{what}, but nothing written for {age} s (limit {stall_after_s:.0f} s)"
+        return "running", f"{what}, last write {age} s ago"
+    if exit_code is not None:
+        if exit_code.strip() == "0":
+            return "finished", "the wrapper recorded exit code 0"
+        return "dead", f"the job exited with code {exit_code.strip()}"
+    return "dead", "no live process and no exit code recorded (killed with its wrapper, or the box rebooted)"
+
+
+def details(signals: Mapping[str, str]) -> str:
+    parts = []
+    if "progress_rows" in signals:
+        parts.append(f"train.csv {signals['progress_rows']} rows")
+    if "disk_used" in signals:
+        parts.append(f"disk {signals['disk_used']} used, inodes {signals.get('inodes_used', '?')} used")
+    if "gpu" in signals:
+        parts.append(f"GPU util,MiB {signals['gpu']}")
+    if signals.get("log_last"):
+        parts.append(f"log: {signals['log_last']}")
+    return "; ".join(parts)
+
+
+def probe(remote: Remote, box: Box, run_id: str, *, progress_file: str = PROGRESS_FILE) -> dict[str, str]:
+    answer = remote.run(probe_command(box, run_id, progress_file), timeout=60)
+    return parse_signals(answer.stdout)
+
+
+def watch(
+    box: Box, run_id: str, *, stall_after_s: float = STALL_AFTER_S, progress_file: str = PROGRESS_FILE
+) -> Status:
+    """One status from live signals; a transport failure is ``unknown``, never ``dead``."""
+    require_run_id(run_id)
+    where = box.endpoint.label
+    try:
+        with Remote(box.endpoint) as remote:
+            signals = probe(remote, box, run_id, progress_file=progress_file)
+    except TransportError as exc:
+        return Status(run_id, where, "unknown", str(exc))
+    state, reason = classify(signals, stall_after_s=stall_after_s)
+    extra = details(signals)
+    return Status(run_id, where, state, f"{reason}; {extra}" if extra else reason, signals)
+
+
+def _main(args: argparse.Namespace) -> int:
+    status = watch(
+        box_from_args(args), args.run_id, stall_after_s=args.stall_after, progress_file=args.progress_file
+    )
+    if args.json:
+        print(json.dumps(asdict(status), indent=2))
+    else:
+        print(status.line(), file=sys.stdout if status.state in ("running", "finished") else sys.stderr)
+    return EXIT_STATUS[status.state]
+
+
+def add_verb(verbs: argparse._SubParsersAction) -> None:
+    parser = verbs.add_parser(
+        "watch",
+        help="one-shot state of a launched run: running, finished, dead, stalled or unknown",
+        description="Exit status: 0 running or finished, 1 dead or stalled, 3 unknown (transport failed).",
+    )
+    parser.add_argument("run_id", metavar="RUN_ID")
+    add_box_arguments(parser)
+    parser.add_argument(
+        "--stall-after", type=float, default=STALL_AFTER_S, metavar="SECONDS",
+        help="alive but silent this long is 'stalled' (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--progress-file", default=PROGRESS_FILE,
+        help="progress file under --remote-root whose writes count as progress (default: %(default)s)",
+    )
+    parser.add_argument("--json", action="store_true", help="print the status and its signals as JSON")
+    parser.set_defaults(handler=_main)
