@@ -16,7 +16,7 @@ import runaudit
 from runaudit.runners import RunnerError
 
 USAGE_ERROR = 2
-VERB_MODULES = ("runaudit.runners.close",)
+VERB_MODULES = ("runaudit.runners.close", "runaudit.runners.index_splits")
 
 
 def build_parser() -> argparse.ArgumentParser:
