@@ -17,7 +17,6 @@ from runaudit.fixtures.near_duplicates import MAX_RADIUS, find_near_duplicates
 from runaudit.fixtures.reader import CapsuleReader, Unavailable
 from runaudit.fixtures.run import Run
 from runaudit.fixtures.splits import (
-    PROVENANCE,
     SPLITS,
     SplitManifest,
     bound_sha256,
@@ -355,19 +354,18 @@ def test_split_provenance(run: Run, audit: AuditRecorder) -> None:
             findings.append(f"{manifest.rel} counts {manifest.counts}, run.json declares {declared_counts}")
         if bound_sha256(run) is None:
             findings.append(f"run.json binds no manifest_sha256: {manifest.rel} may change without notice")
-    audit.evidence(scheme=scheme, split_id=split.get("split_id"), counts=declared_counts, owner=PROVENANCE)
-    if scheme == "official" and not findings:
+    audit.evidence(scheme=scheme, split_id=split.get("split_id"), counts=declared_counts)
+    if scheme != "official":
+        findings.insert(
+            0,
+            f"the split scheme is {scheme!r}, not the dataset's official split: numbers are not comparable with "
+            "results on the field's standard split",
+        )
+    if not findings:
         audit.note(f"official split {split.get('split_id')}, manifest bound by sha256")
         return
-    if scheme != "official":
-        message = (
-            f"run {run.run_id}: the split scheme is {scheme!r}, not the dataset's official split: numbers are "
-            "not comparable with results on the field's standard split"
-        )
-        if not findings:
-            audit.disclose(message, affects=[SPLIT, *metric_claims(run)], topic="split_scheme")
-            return
-        findings.insert(0, message)
     audit.disclose(
-        f"run {run.run_id}: split provenance: {'; '.join(findings)}", affects=[SPLIT, *metric_claims(run)]
+        f"run {run.run_id}: split provenance: {'; '.join(findings)}",
+        affects=[SPLIT, *metric_claims(run)],
+        topic="split_scheme" if len(findings) == 1 and scheme != "official" else None,  # the scheme alone
     )

@@ -8,6 +8,7 @@ the test's primary condition); paired statistics read the per-item values of res
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -16,7 +17,14 @@ from typing import Any
 import numpy as np
 import pytest
 from runaudit.fixtures.claims import metric_claims
-from runaudit.fixtures.items import MissingColumn, align, keyed_scores, mean_of, primary_condition
+from runaudit.fixtures.items import (
+    KeyedScores,
+    MissingColumn,
+    align,
+    keyed_scores,
+    mean_of,
+    primary_condition,
+)
 from runaudit.fixtures.reader import CapsuleReader, Unavailable
 from runaudit.fixtures.run import DeclaredMetric, DeclaredTest, Run
 from runaudit.fixtures.siblings import (
@@ -116,8 +124,36 @@ def _arms(
     return {name: arm for name, arm in arms.items() if arm.n}
 
 
-def _reference(audit: AuditRecorder, run: Run, group: ComparisonGroup, arms: Mapping[str, Arm]) -> Arm:
+@dataclass(frozen=True)
+class Compared:
+    """One (test, metric) subject across the comparison group: the declared value of every run, per arm."""
+
+    test: DeclaredTest
+    metric: DeclaredMetric
+    condition: str
+    group: ComparisonGroup
+    arms: dict[str, Arm]
+
+    @property
+    def own(self) -> Arm | None:
+        return self.arms.get(self.group.arm)
+
+    @property
+    def claim(self) -> str:
+        return f"test/{self.test.test_id}:{self.metric.name}"
+
+
+def _compared(
+    audit: AuditRecorder, run: Run, declared_metric: tuple[DeclaredTest, DeclaredMetric] | None
+) -> Compared:
+    test, metric, condition = _subject(audit, run, declared_metric)
+    group = _group(run)
+    return Compared(test, metric, condition, group, _arms(audit, group, test, metric, condition))
+
+
+def _reference(audit: AuditRecorder, compared: Compared) -> Arm:
     """The arm the audited run is compared with, or not_applicable / not_run saying why there is none."""
+    group, arms = compared.group, compared.arms
     if not group.group:
         audit.not_applicable("run.json declares no comparison group; no delta is claimed")
     if len(group.arms) < 2:
@@ -193,27 +229,24 @@ def _band_text(arm: Arm) -> str:
 def test_seed_band(
     run: Run, audit: AuditRecorder, declared_metric: tuple[DeclaredTest, DeclaredMetric] | None
 ) -> None:
-    test, metric, condition = _subject(audit, run, declared_metric)
-    group = _group(run)
-    arms = _arms(audit, group, test, metric, condition)
+    compared = _compared(audit, run, declared_metric)
+    arms, own = compared.arms, compared.own
     _need_band(audit, run, arms, list(arms))
     audit.evidence(variance_kind=VARIANCE_KIND, arms={name: arm.band() for name, arm in arms.items()})
-    own = arms.get(group.arm)
-    overlapping = [
-        arm for name, arm in arms.items() if own is not None and name != group.arm and _overlaps(own, arm)
-    ]
+    overlapping = [arm for arm in arms.values() if own is not None and arm is not own and _overlaps(own, arm)]
     bands = "; ".join(f"{name} {_band_text(arm)}" for name, arm in arms.items())
     if not overlapping:
-        audit.note(f"{metric.name} ({VARIANCE_KIND} variance): {bands}")
+        audit.note(f"{compared.metric.name} ({VARIANCE_KIND} variance): {bands}")
         return
     audit.disclose(
-        f"run {run.run_id}: {metric.name} mean ± std over {VARIANCE_KIND}s: {bands}: arm {group.arm}'s band "
-        f"overlaps {', '.join(arm.name for arm in overlapping)}: the difference is inside seed noise",
-        affects=[f"test/{test.test_id}:{metric.name}"],
+        f"run {run.run_id}: {compared.metric.name} mean ± std over {VARIANCE_KIND}s: {bands}: arm "
+        f"{compared.group.arm}'s band overlaps {', '.join(arm.name for arm in overlapping)}: the difference is "
+        "inside seed noise",
+        affects=[compared.claim],
     )
 
 
-def _item_scores(table: Any, metric: DeclaredMetric, condition: str, where: str) -> Any:
+def _item_scores(table: Any, metric: DeclaredMetric, condition: str, where: str) -> KeyedScores:
     try:
         return keyed_scores(table, metric, condition)
     except MissingColumn as exc:
@@ -226,20 +259,18 @@ def test_paired_bootstrap(
     audit: AuditRecorder,
     declared_metric: tuple[DeclaredTest, DeclaredMetric] | None,
 ) -> None:
-    test, metric, condition = _subject(audit, run, declared_metric)
-    group = _group(run)
-    arms = _arms(audit, group, test, metric, condition)
-    reference = _reference(audit, run, group, arms)
-    rel = f"{test.folder}/results.parquet"
+    compared = _compared(audit, run, declared_metric)
+    reference = _reference(audit, compared)
+    metric, condition, arm = compared.metric, compared.condition, compared.group.arm
+    rel = f"{compared.test.folder}/results.parquet"
     method = audit.need(
         lambda: _item_scores(capsule.table(rel), metric, condition, f"run {run.run_id}: {rel}")
     )
     baselines, skipped = [], []
-    for member in group.arms[reference.name]:
+    for member in compared.group.arms[reference.name]:
         try:
-            baselines.append(
-                _item_scores(reader(member).table(rel), metric, condition, f"run {member.run_id}: {rel}")
-            )
+            where = f"run {member.run_id}: {rel}"
+            baselines.append(_item_scores(reader(member).table(rel), metric, condition, where))
         except Unavailable as exc:
             skipped.append(str(exc))
     if not baselines:
@@ -251,7 +282,7 @@ def test_paired_bootstrap(
         )
     delta, (low, high) = paired_delta(method_scores, mean_of(baseline_scores), metric.aggregation)
     audit.evidence(
-        method_arm=group.arm,
+        method_arm=arm,
         baseline_arm=reference.name,
         baseline_runs=len(baselines),
         delta=delta,
@@ -261,37 +292,34 @@ def test_paired_bootstrap(
         skipped=skipped,
     )
     inside = low <= 0 <= high
+    interval = f"95 % CI [{low:+.4g}, {high:+.4g}]"
     if not inside and not dropped:
         audit.note(
-            f"{metric.name}: {group.arm} − {reference.name} = {delta:+.4g} over {len(method_scores)} paired items, "
-            f"95 % CI [{low:+.4g}, {high:+.4g}]"
+            f"{metric.name}: {arm} − {reference.name} = {delta:+.4g} over {len(method_scores)} paired items, {interval}"
         )
         return
     findings = []
     if inside:
-        findings.append(
-            f"the 95 % CI [{low:+.4g}, {high:+.4g}] of {delta:+.4g} includes 0: noise, not an effect"
-        )
+        findings.append(f"the {interval} of {delta:+.4g} includes 0: noise, not an effect")
     if dropped:
         findings.append(f"{dropped} item(s) not scored by both arms were dropped to pair them")
     audit.disclose(
-        f"run {run.run_id}: {metric.name} {group.arm} − {reference.name} over {len(method_scores)} paired test "
+        f"run {run.run_id}: {metric.name} {arm} − {reference.name} over {len(method_scores)} paired test "
         f"items: {'; '.join(findings)}",
-        affects=[f"test/{test.test_id}:{metric.name}"],
+        affects=[compared.claim],
     )
 
 
 def test_mde(
     run: Run, audit: AuditRecorder, declared_metric: tuple[DeclaredTest, DeclaredMetric] | None
 ) -> None:
-    test, metric, condition = _subject(audit, run, declared_metric)
-    group = _group(run)
-    arms = _arms(audit, group, test, metric, condition)
-    reference = _reference(audit, run, group, arms)
-    banded = _need_band(audit, run, arms, [group.arm, reference.name])
-    noisier = max(banded, key=lambda arm: arm.sd)
+    compared = _compared(audit, run, declared_metric)
+    reference = _reference(audit, compared)
+    arm = compared.group.arm
+    banded = _need_band(audit, run, compared.arms, [arm, reference.name])
+    noisier = max(banded, key=lambda candidate: candidate.sd)
     power = minimum_detectable_effect(noisier.sd, noisier.n)
-    effect = arms[group.arm].mean - reference.mean
+    effect = compared.arms[arm].mean - reference.mean
     audit.evidence(
         mde=power.mde,
         effect=effect,
@@ -302,7 +330,7 @@ def test_mde(
         sd_from=noisier.name,
     )
     summary = (
-        f"{metric.name} effect {effect:+.4g} ({group.arm} − {reference.name}) vs MDE {power.mde:.4g} "
+        f"{compared.metric.name} effect {effect:+.4g} ({arm} − {reference.name}) vs MDE {power.mde:.4g} "
         f"(t_crit {power.t_crit:.3f} × sd {power.sd:.3g} of {noisier.name} × √(2/{power.n}), df {power.df})"
     )
     if abs(effect) >= power.mde:
@@ -311,26 +339,24 @@ def test_mde(
     audit.disclose(
         f"run {run.run_id}: {summary}: the effect is inside the minimum detectable effect — underpowered, not "
         "null; more seeds are needed before claiming or dismissing it",
-        affects=[f"test/{test.test_id}:{metric.name}"],
+        affects=[compared.claim],
     )
 
 
 def test_baseline_draw(
     run: Run, audit: AuditRecorder, declared_metric: tuple[DeclaredTest, DeclaredMetric] | None
 ) -> None:
-    test, metric, condition = _subject(audit, run, declared_metric)
-    group = _group(run)
-    arms = _arms(audit, group, test, metric, condition)
-    reference = _reference(audit, run, group, arms)
-    probe = arms[group.arm]
+    compared = _compared(audit, run, declared_metric)
+    reference = _reference(audit, compared)
+    arm, probe = compared.group.arm, compared.own
     if probe.n >= 2:
-        audit.not_applicable(f"arm {group.arm} has {probe.n} seeds; seed_band and mde compare its band")
+        audit.not_applicable(f"arm {arm} has {probe.n} seeds; seed_band and mde compare its band")
     if reference.n < 2:
         audit.not_run(
             f"baseline arm {reference.name} has one seed: there is no draw distribution to place the probe in "
             "(reported by variance.seed_count)"
         )
-    higher = metric.direction != "lower"
+    higher = compared.metric.direction != "lower"
     best = max(reference.values) if higher else min(reference.values)
     worst = min(reference.values) if higher else max(reference.values)
     value = probe.values[0]
@@ -342,14 +368,14 @@ def test_baseline_draw(
         vs_best=vs_best,
         vs_worst=vs_worst,
         baseline_arm=reference.name,
-        probe_arm=group.arm,
+        probe_arm=arm,
     )
     audit.disclose(
-        f"run {run.run_id}: single-seed {group.arm} {metric.name} {value:.4g} against baseline {reference.name} "
-        f"{' / '.join(f'{item:.4g}' for item in reference.values)} reads {vs_worst:+.4g} vs its worst, "
-        f"{vs_mean:+.4g} vs its mean, {vs_best:+.4g} vs its best: one draw, whose place in its own seed "
+        f"run {run.run_id}: single-seed {arm} {compared.metric.name} {value:.4g} against baseline "
+        f"{reference.name} {' / '.join(f'{item:.4g}' for item in reference.values)} reads {vs_worst:+.4g} vs its "
+        f"worst, {vs_mean:+.4g} vs its mean, {vs_best:+.4g} vs its best: one draw, whose place in its own seed "
         "distribution is unknown",
-        affects=[f"test/{test.test_id}:{metric.name}"],
+        affects=[compared.claim],
         topic="seeds",
     )
 
@@ -359,31 +385,30 @@ def test_rl_iqm(
 ) -> None:
     if run.task != "rl":
         audit.not_applicable(f"task {run.task}: the IQM-over-seeds standard applies to rl")
-    test, metric, condition = _subject(audit, run, declared_metric)
-    group = _group(run)
-    arms = _arms(audit, group, test, metric, condition)
+    compared = _compared(audit, run, declared_metric)
+    arm = compared.group.arm
     summary = {}
-    for name, arm in arms.items():
-        iqm, (low, high) = iqm_interval(np.asarray(arm.values))
-        summary[name] = {"values": arm.values, "iqm": iqm, "ci": [low, high], "n": arm.n}
-    own = summary[group.arm]
+    for name, values in compared.arms.items():
+        iqm, (low, high) = iqm_interval(np.asarray(values.values))
+        summary[name] = {"values": values.values, "iqm": iqm, "ci": [low, high], "n": values.n}
+    own = summary[arm]
     findings = []
     if own["n"] < SEEDS_NEEDED_RL:
-        findings.append(f"arm {group.arm} has {own['n']} seed(s); an IQM interval needs ≥ {SEEDS_NEEDED_RL}")
+        findings.append(f"arm {arm} has {own['n']} seed(s); an IQM interval needs ≥ {SEEDS_NEEDED_RL}")
     for name, other in summary.items():
-        if name != group.arm and own["ci"][0] <= other["ci"][1] and other["ci"][0] <= own["ci"][1]:
-            findings.append(f"the IQM intervals of {group.arm} and {name} overlap")
+        if name != arm and own["ci"][0] <= other["ci"][1] and other["ci"][0] <= own["ci"][1]:
+            findings.append(f"the IQM intervals of {arm} and {name} overlap")
     audit.evidence(arms=summary)
     text = "; ".join(
         f"{name} IQM {item['iqm']:.4g} [{item['ci'][0]:.4g}, {item['ci'][1]:.4g}]"
         for name, item in summary.items()
     )
     if not findings:
-        audit.note(f"{metric.name}: {text}")
+        audit.note(f"{compared.metric.name}: {text}")
         return
     audit.disclose(
-        f"run {run.run_id}: {metric.name}: {text}: {'; '.join(findings)}",
-        affects=[f"test/{test.test_id}:{metric.name}"],
+        f"run {run.run_id}: {compared.metric.name}: {text}: {'; '.join(findings)}",
+        affects=[compared.claim],
         topic="seeds",
     )
 
@@ -394,16 +419,14 @@ def test_precision(
     audit: AuditRecorder,
     declared_metric: tuple[DeclaredTest, DeclaredMetric] | None,
 ) -> None:
-    test, metric, _ = _subject(audit, run, declared_metric)
+    compared = _compared(audit, run, declared_metric)
+    test, metric, own = compared.test, compared.metric, compared.own
     if metric.precision is None or metric.aggregation is None:
         audit.not_run(
             f"metric {metric.name} declares no precision/aggregation (reported by capsule.run_json_schema)"
         )
     rel = f"{test.folder}/results.parquet"
     table = audit.need(capsule.table, rel)
-    group = _group(run)
-    arms = _arms(audit, group, test, metric, primary_condition(test))
-    own = arms.get(group.arm)
     seed_error = own.sd / math.sqrt(own.n) if own is not None and own.sd is not None else None
     conditions, findings = {}, []
     for condition in test.conditions:
@@ -413,7 +436,7 @@ def test_precision(
         if len(scores) < 2:
             continue
         item_error = standard_error(scores, metric.aggregation)
-        error = max(item_error, seed_error or 0.0) if condition == primary_condition(test) else item_error
+        error = max(item_error, seed_error or 0.0) if condition == compared.condition else item_error
         supported = decimals_supported(error)
         conditions[condition] = {"standard_error": error, "n": len(scores), "decimals_supported": supported}
         if supported is not None and metric.precision > supported:
@@ -425,7 +448,7 @@ def test_precision(
     audit.disclose(
         f"run {run.run_id}: {test.folder}/metrics.json shows {metric.name} to {metric.precision} decimals, more "
         f"than its standard error supports ({'; '.join(findings)}): the trailing digits are noise",
-        affects=[f"test/{test.test_id}:{metric.name}"],
+        affects=[compared.claim],
         topic="precision",
     )
 
@@ -439,12 +462,20 @@ def _flatten(document: Any, prefix: str = "") -> dict[str, Any]:
     return {prefix.rstrip("."): document}
 
 
+@functools.cache
+def _flat_config(data: bytes) -> dict[str, Any]:
+    """A config.yaml as dotted key paths (parsed once per distinct file, with libyaml when present)."""
+    import yaml  # deferred: only this audit compares configs
+
+    return _flatten(yaml.load(data, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)))
+
+
 def _config(audit: AuditRecorder, source: CapsuleReader, owner_run: Run) -> dict[str, Any]:
-    import yaml  # deferred: only this audit parses configs
+    import yaml
 
     data = audit.need(source.bytes, "config.yaml")
     try:
-        return _flatten(yaml.safe_load(data))
+        return _flat_config(data)
     except yaml.YAMLError:
         audit.not_run(
             f"run {owner_run.run_id}: config.yaml is not valid YAML (reported by capsule.config_hash)"
