@@ -113,3 +113,29 @@ def test_an_effect_beyond_the_mde_passes(run_audits, project: Path, worked: Path
     mde = verdict(outcome, "variance.mde", "main/accuracy")
     assert mde["verdict"] == "passed" and round(mde["evidence"]["effect"], 2) == 13.60
     assert verdict(outcome, "variance.seed_band", "main/accuracy")["verdict"] == "passed"
+
+
+def test_rl_runs_need_five_seeds_and_an_iqm_interval(run_audits, project: Path, worked: Path) -> None:
+    for run_id in [*BASELINE, PROBE[0]]:
+        edit_json(project / "export" / run_id / "run.json", lambda run: run.update(task="rl"))
+    outcome = run_audits(worked, project, *VARIANCE)
+    iqm = verdict(outcome, "variance.rl_iqm", "main/accuracy")
+    assert iqm["verdict"] == "disclosed" and "an IQM interval needs ≥ 5" in iqm["message"]
+    baseline = iqm["evidence"]["arms"]["baseline"]
+    assert baseline["n"] == 3 and baseline["iqm"] == pytest.approx(
+        (42.63 + 49.30 + 47.26) / 3
+    )  # n/4 < 1: none cut
+    assert baseline["ci"][0] <= baseline["iqm"] <= baseline["ci"][1]
+    assert "5 per arm are needed" in verdict(outcome, "variance.seed_count")["message"]
+
+
+def test_pairing_on_unequal_item_sets_discloses_the_drop(run_audits, project: Path, worked: Path) -> None:
+    import pyarrow.parquet as pq
+
+    path = project / "export" / "base-s1" / "test" / "main" / "results.parquet"
+    table = pq.read_table(path)
+    pq.write_table(table.slice(10), path)  # ten clean-condition items the baseline never scored
+    paired = verdict(run_audits(worked, project, *VARIANCE), "variance.paired_bootstrap", "main/accuracy")
+    assert paired["verdict"] == "disclosed" and paired["evidence"]["dropped"] == 10
+    assert "10 item(s) not scored by both arms were dropped" in paired["message"]
+    assert paired["evidence"]["n"] == 349 and paired["evidence"]["baseline_runs"] == 3
