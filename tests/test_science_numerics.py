@@ -36,6 +36,17 @@ def test_multi_index_search_finds_exactly_the_brute_force_pairs(radius: int) -> 
     assert (found[2] <= radius).all()
 
 
+def test_search_in_small_probe_blocks_finds_the_same_pairs(monkeypatch: pytest.MonkeyPatch) -> None:
+    from runaudit.fixtures import hamming
+
+    rng = np.random.default_rng(7)
+    reference = rng.integers(0, 2**64, size=2000, dtype=np.uint64, endpoint=False)
+    queries = reference[:500] ^ (np.uint64(1) << rng.integers(0, 64, size=500).astype(np.uint64))
+    whole = _pairs(neighbours(queries, reference, 8))
+    monkeypatch.setattr(hamming, "PROBES_PER_BLOCK", 64)  # hundreds of blocks
+    assert _pairs(neighbours(queries, reference, 8)) == whole == _pairs(brute_force(queries, reference, 8))
+
+
 def test_same_set_search_skips_each_item_itself() -> None:
     hashes = np.array([0, 1, 3, 2**63, 0], dtype=np.uint64)  # items 0 and 4 are equal hashes
     expected = {(0, 1, 1), (0, 3, 1), (0, 4, 0), (1, 2, 1), (1, 4, 1), (3, 4, 1)}
