@@ -1,7 +1,10 @@
-"""Collapse gate (science): does the model ignore its input?
+"""Collapse gate (science): does the model ignore its input? (verify-spec §2.7)
 
-The live probes here run through the project's smoke adapter (fixtures/adapter.py), before training:
-they carry the ``smoke`` marker too, so ``-m smoke`` runs them, and ``live``, so an active run keeps them.
+Two kinds of evidence. Read from what the evaluation kept: the ``output`` vectors, ``pred`` and ``target``
+of results.parquet and the rendered selection. Live, through the project's smoke adapter
+(fixtures/adapter.py) before any GPU is rented: ``input_cosine``, ``live_output_cosine`` and
+``linear_probe`` carry the ``smoke`` marker too, so ``-m smoke`` runs them, and ``live``, so an active
+run keeps them.
 """
 
 from __future__ import annotations
@@ -11,13 +14,279 @@ from typing import Any
 import numpy as np
 import pytest
 from runaudit.fixtures.adapter import EVAL_BATCH, PREDICT, PROBE_DATA
+from runaudit.fixtures.claims import metric_claims
+from runaudit.fixtures.items import SHUFFLE, MissingColumn, align, keyed_scores, primary_condition
 from runaudit.fixtures.probes import mean_offdiagonal_cosine
+from runaudit.fixtures.reader import CapsuleReader
+from runaudit.fixtures.run import DeclaredMetric, DeclaredTest, Run
 from runaudit.fixtures.smoke import Adapter
+from runaudit.fixtures.statistics import ItemScores, paired_delta
 from runaudit.fixtures.verdicts import AuditRecorder
 
 pytestmark = pytest.mark.science
 
-LIVE_COSINE_FLAG = 0.98  # mean off-diagonal cosine at or above this flags (verify-spec COL-01, COL-02)
+COSINE_FLAG = 0.98
+COSINE_SAMPLE = 2000
+COSINE_SEED = 0
+PILED_SHARE = 0.5  # one class takes at least half of the predictions ...
+PILED_RATIO = 2.0  # ... and at least twice its share of the targets
+VIS_SIDE = 32
+VIS_IDENTICAL = 0.01  # mean absolute pixel difference, as a share of the full range
+VIS_IDENTICAL_SHARE = 0.9
+
+
+def _test(audit: AuditRecorder, run: Run, test: DeclaredTest | None) -> DeclaredTest:
+    if run.declared is None:
+        audit.not_run(f"run.json is unreadable (reported by capsule.run_json_schema): {run.problem}")
+    if test is None:
+        audit.not_run(f"run {run.run_id} declares no tests (reported by capsule.tests_declared)")
+    return test
+
+
+def _rows(
+    audit: AuditRecorder, capsule: CapsuleReader, test: DeclaredTest, columns: list[str]
+) -> dict[str, Any]:
+    """The valid, finite rows of the primary condition, one per sample, as Arrow columns."""
+    rel = f"{test.folder}/results.parquet"
+    table = audit.need(capsule.table, rel)
+    absent = [name for name in columns if name not in table.column_names]
+    if absent:
+        audit.not_run(f"{rel} has no {', '.join(absent)} column (optional, capsule.md §5)")
+    condition = primary_condition(test)
+    frame = {
+        name: np.asarray(table.column(name).to_numpy(zero_copy_only=False))
+        for name in {"condition_id", "sample_id", "valid", "forward_finite"} & set(table.column_names)
+    }
+    keep = frame["condition_id"] == condition
+    for flag in ("valid", "forward_finite"):
+        if flag in frame:
+            keep &= frame[flag].astype(bool)
+    _, first = np.unique(frame["sample_id"][keep], return_index=True)
+    rows = np.flatnonzero(keep)[np.sort(first)]
+    if len(rows) < 2:
+        audit.not_run(f"{rel}: condition {condition} has {len(rows)} valid sample(s); a probe needs two")
+    return {"condition": condition, **{name: table.column(name).take(rows) for name in columns}}
+
+
+def test_output_cosine(
+    run: Run, capsule: CapsuleReader, audit: AuditRecorder, declared_test: DeclaredTest | None
+) -> None:
+    test = _test(audit, run, declared_test)
+    rows = _rows(audit, capsule, test, ["output"])
+    vectors = rows["output"].to_pylist()
+    lengths = {len(vector) for vector in vectors if vector is not None}
+    if None in vectors or len(lengths) != 1:
+        audit.not_run(
+            f"{test.folder}/results.parquet: output vectors are missing or of unequal length {sorted(lengths)}"
+        )
+    matrix = np.asarray(vectors, dtype=np.float64)
+    if len(matrix) > COSINE_SAMPLE:
+        chosen = np.random.default_rng(COSINE_SEED).choice(len(matrix), COSINE_SAMPLE, replace=False)
+        matrix = matrix[np.sort(chosen)]
+    cosine = mean_offdiagonal_cosine(matrix)
+    centered = mean_offdiagonal_cosine(matrix, centered=True)
+    mean = matrix.mean(axis=0)
+    spread = float(np.linalg.norm(matrix - mean, axis=1).mean() / max(np.linalg.norm(mean), 1e-300))
+    audit.evidence(
+        cosine=cosine,
+        cosine_centered=centered,
+        n=len(matrix),
+        relative_spread=spread,
+        condition=rows["condition"],
+    )
+    if cosine < COSINE_FLAG:
+        audit.note(
+            f"mean off-diagonal cosine {cosine:.3f} over {len(matrix)} distinct samples (flag ≥ {COSINE_FLAG})"
+        )
+        return
+    audit.disclose(
+        f"run {run.run_id}: {test.folder}/results.parquet: outputs of {len(matrix)} distinct samples have mean "
+        f"off-diagonal cosine {cosine:.4f} (≥ {COSINE_FLAG}); their spread around the shared mean is "
+        f"{spread:.3f} of its norm: the model maps different inputs to nearly the same output",
+        affects=metric_claims(run, [test]),
+    )
+
+
+def test_real_vs_shuffle(
+    run: Run,
+    capsule: CapsuleReader,
+    audit: AuditRecorder,
+    declared_metric: tuple[DeclaredTest, DeclaredMetric] | None,
+) -> None:
+    if declared_metric is None:
+        _test(audit, run, run.tests[0] if run.tests else None)
+        audit.not_applicable("no declared test has applicable metrics")
+    test, metric = declared_metric
+    if SHUFFLE not in test.conditions:
+        audit.not_applicable(f"test {test.test_id} declares no {SHUFFLE} condition")
+    real = primary_condition(test)
+    rel = f"{test.folder}/results.parquet"
+    table = audit.need(capsule.table, rel)
+    try:
+        (real_scores, shuffled), dropped = align(
+            *(keyed_scores(table, metric, name) for name in (real, SHUFFLE))
+        )
+    except MissingColumn as exc:
+        audit.not_run(f"{test.folder}/{exc} (reported by capsule.results_table)")
+    if len(real_scores) < 2:
+        audit.not_run(
+            f"{rel}: {real} and {SHUFFLE} share {len(real_scores)} valid sample(s); pairing needs two"
+        )
+    identical = bool(np.array_equal(real_scores.values, shuffled.values))
+    delta, (low, high) = paired_delta(real_scores, shuffled, metric.aggregation)
+    audit.evidence(
+        metric=metric.name,
+        delta=delta,
+        ci=[low, high],
+        n=len(real_scores),
+        dropped=dropped,
+        identical=identical,
+    )
+    better = delta > 0 if metric.direction == "higher" else delta < 0
+    if not identical and (low > 0 or high < 0) and better:
+        audit.note(
+            f"{real} beats {SHUFFLE} on {metric.name} by {delta:+.4g} (95 % CI [{low:+.4g}, {high:+.4g}])"
+        )
+        return
+    audit.disclose(
+        f"run {run.run_id}: test {test.test_id}: {metric.name} under {real} and {SHUFFLE} "
+        + (
+            "are bit-identical per item"
+            if identical
+            else f"differ by {delta:+.4g} (95 % CI [{low:+.4g}, {high:+.4g}])"
+        )
+        + ": the conditioning input does not drive the score",
+        affects=[f"test/{test.test_id}:{metric.name}"],
+    )
+
+
+def test_prediction_histogram(
+    run: Run, capsule: CapsuleReader, audit: AuditRecorder, declared_test: DeclaredTest | None
+) -> None:
+    test = _test(audit, run, declared_test)
+    rows = _rows(audit, capsule, test, ["pred", "target"])
+    predictions = np.asarray(rows["pred"].to_pylist(), dtype=object).astype(str)
+    targets = np.asarray(rows["target"].to_pylist(), dtype=object).astype(str)
+    classes, counts = np.unique(predictions, return_counts=True)
+    top = int(np.argmax(counts))
+    piled, share = str(classes[top]), float(counts[top] / len(predictions))
+    target_share = float(np.mean(targets == piled))
+    largest_target = float(np.max(np.unique(targets, return_counts=True)[1]) / len(targets))
+    unique_targets = len(np.unique(targets))
+    audit.evidence(
+        n=len(predictions),
+        unique_predictions=len(classes),
+        unique_targets=unique_targets,
+        top_class=piled,
+        top_share=share,
+        top_class_target_share=target_share,
+        largest_target_share=largest_target,
+        histogram=dict(zip(classes.tolist(), counts.tolist(), strict=True)),
+    )
+    piled_up = share >= PILED_SHARE and share >= PILED_RATIO * largest_target
+    too_few = len(classes) * 2 <= unique_targets
+    if not piled_up and not too_few:
+        audit.note(
+            f"{len(classes)} classes predicted for {unique_targets} present; the largest takes {share:.1%}"
+        )
+        return
+    audit.disclose(
+        f"run {run.run_id}: {test.folder}/results.parquet: predictions pile on class {piled} ({share:.1%} of "
+        f"{len(predictions)}, where the targets hold {target_share:.1%} of it); {len(classes)} distinct "
+        f"prediction(s) for {unique_targets} target classes",
+        affects=metric_claims(run, [test]),
+    )
+
+
+def test_trivial_baseline(
+    run: Run, capsule: CapsuleReader, audit: AuditRecorder, declared_test: DeclaredTest | None
+) -> None:
+    test = _test(audit, run, declared_test)
+    if not test.metrics_apply:
+        audit.not_applicable(f"test {test.test_id} has no machine-readable ground truth")
+    rows = _rows(audit, capsule, test, ["pred", "target"])
+    predictions = np.asarray(rows["pred"].to_pylist(), dtype=object).astype(str)
+    targets = np.asarray(rows["target"].to_pylist(), dtype=object).astype(str)
+    classes, counts = np.unique(targets, return_counts=True)
+    majority = str(classes[int(np.argmax(counts))])
+    model = ItemScores((predictions == targets).astype(np.float64))
+    trivial = ItemScores((targets == majority).astype(np.float64))
+    delta, (low, high) = paired_delta(model, trivial, "mean")
+    audit.evidence(
+        metric="top1_from_pred",
+        model=float(model.values.mean()),
+        trivial=float(trivial.values.mean()),
+        baseline="majority class",
+        majority_class=majority,
+        delta=delta,
+        ci=[low, high],
+        n=len(model),
+    )
+    if low > 0:
+        audit.note(
+            f"top-1 {model.values.mean():.4f} beats the majority-class baseline {trivial.values.mean():.4f} "
+            f"by {delta:+.4f} (95 % CI [{low:+.4f}, {high:+.4f}])"
+        )
+        return
+    audit.disclose(
+        f"run {run.run_id}: {test.folder}/results.parquet: top-1 {model.values.mean():.4f} is not above always "
+        f"predicting the majority class {majority} ({trivial.values.mean():.4f}; difference {delta:+.4f}, "
+        f"95 % CI [{low:+.4f}, {high:+.4f}]): the model is no better than a trivial output",
+        affects=metric_claims(run, [test]),
+    )
+
+
+def _thumbnails(capsule: CapsuleReader, rels: list[str]) -> np.ndarray:
+    from PIL import Image
+
+    images = []
+    for rel in rels:
+        with Image.open(capsule.path(rel)) as image:
+            grey = image.convert("L").resize((VIS_SIDE, VIS_SIDE), Image.Resampling.BILINEAR)
+            images.append(np.asarray(grey, dtype=np.float32).ravel() / 255.0)
+    return np.stack(images)
+
+
+def test_vis_identical(
+    run: Run, capsule: CapsuleReader, audit: AuditRecorder, declared_test: DeclaredTest | None
+) -> None:
+    test = _test(audit, run, declared_test)
+    rels = capsule.inventory.pngs.get(test.test_id, ())
+    if not rels:
+        audit.not_run(f"test {test.test_id} has no renders (reported by capsule.vis_coverage)")
+    groups: dict[tuple[str, str], list[str]] = {}
+    for rel in rels:
+        *_, condition, role, _name = rel.split("/")
+        groups.setdefault((condition, role), []).append(rel)
+    shares, findings = {}, []
+    for (condition, role), members in sorted(groups.items()):
+        if len(members) < 2:
+            continue
+        try:
+            thumbnails = _thumbnails(capsule, sorted(members))
+        except Exception as exc:  # Pillow signals bad data with several exception types
+            audit.not_run(
+                f"{test.folder}/vis/{condition}/{role}: a render does not decode ({exc}; capsule.vis_decode)"
+            )
+        distance = np.abs(thumbnails[:, None, :] - thumbnails[None, :, :]).mean(axis=2)
+        pairs = distance[np.triu_indices(len(thumbnails), k=1)]
+        share = float(np.mean(pairs < VIS_IDENTICAL))
+        shares[f"{condition}/{role}"] = {"samples": len(members), "identical_pair_share": share}
+        if share >= VIS_IDENTICAL_SHARE:
+            findings.append(f"{condition}/{role} ({share:.0%} of {len(pairs)} pairs)")
+    audit.evidence(groups=shares, threshold=VIS_IDENTICAL)
+    if not findings:
+        audit.note(f"renders differ across samples in {len(shares)} condition/role folder(s)")
+        return
+    audit.disclose(
+        f"run {run.run_id}: {test.folder}/vis: the selected samples render near-identically in "
+        f"{', '.join(findings)}: different inputs, the same picture",
+        affects=metric_claims(run, [test]),
+    )
+
+
+# -- live probes through the smoke adapter --------------------------------------------------------
+
 LIVE_ROUNDING = 1e-6  # outputs that differ from their mean by less than this, relatively, are identical
 LIVE_AFFECTS = ["run:model"]
 LIVE_PROBE_MIN_ITEMS = 20
@@ -73,7 +342,7 @@ def test_input_cosine(adapter: Adapter, audit: AuditRecorder) -> None:
         f"mean off-diagonal cosine {found['cosine']:.4f} over {found['n']} distinct inputs "
         f"(mean-centred {found['cosine_centered']:.4f}, per-feature std {per_feature_std:.3g})"
     )
-    if found["cosine"] >= LIVE_COSINE_FLAG:
+    if found["cosine"] >= COSINE_FLAG:
         audit.disclose(
             f"{adapter.label}: the evaluation inputs are nearly one vector: {summary}; the input path "
             "leaves an invariant, not the signal",
@@ -103,7 +372,7 @@ def test_live_output_cosine(adapter: Adapter, audit: AuditRecorder) -> None:
         f"outputs of {found['n']} distinct inputs: mean off-diagonal cosine {found['cosine']:.4f}, "
         f"mean-centred {found['cosine_centered']:.4f}"
     )
-    if found["cosine"] >= LIVE_COSINE_FLAG and found["cosine_centered"] >= LIVE_COSINE_FLAG:
+    if found["cosine"] >= COSINE_FLAG and found["cosine_centered"] >= COSINE_FLAG:
         audit.disclose(
             f"{adapter.label}: the model ignores its input: {summary} (relative spread "
             f"{found['relative_spread']:.2g})",

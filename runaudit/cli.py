@@ -30,6 +30,7 @@ VERB_MODULES = (
     "runaudit.runners.pull",
     "runaudit.runners.down",
     "runaudit.runners.cluster",
+    "runaudit.runners.index_splits",
 )
 
 

@@ -150,7 +150,18 @@ def produce(root: Path, run_id: str, config: dict[str, Any], *, log: Any = print
                 "topic": "seeds",
                 "choice": "single",
                 "note": "the demo trains one seed; no claim rests on a seed band",
-            }
+            },
+            {
+                "topic": "split_scheme",
+                "choice": "stratified",
+                "note": "sklearn's digits ship no official split; a seeded, class-stratified 60/20/20 split",
+            },
+            {
+                "topic": "precision",
+                "choice": "re-derivable",
+                "note": "metrics.json keeps 4 decimals so that each value re-derives from results.parquet; "
+                "read them to their standard error (about ±0.01 on 359 test items)",
+            },
         ],
     }
     write_json_atomic(workdir / "run.json", declaration)

@@ -65,9 +65,12 @@ def stratified_split(
 
 
 def write_split_manifest(path: Path, data: Digits, split: dict[str, np.ndarray]) -> bytes:
-    """One row per item: where it went, its address in the source and the SHA-256 of its bytes."""
+    """One row per item: where it went, its address in the source, the SHA-256 of its bytes and its
+    perceptual hash (for the near-duplicate audit)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
+    from PIL import Image
+    from runaudit.fixtures.perceptual_hash import phash64
 
     from runaudit.atomic import write_atomic
 
@@ -78,6 +81,9 @@ def write_split_manifest(path: Path, data: Digits, split: dict[str, np.ndarray])
             "split": pa.array([name for _, name in rows], pa.string()),
             "path": pa.array([f"load_digits/images[{index}]" for index, _ in rows], pa.string()),
             "sha256": pa.array([data.item_sha256(index) for index, _ in rows], pa.string()),
+            "phash": pa.array(
+                [phash64(Image.fromarray(data.images[index] * 15)) for index, _ in rows], pa.uint64()
+            ),
             "label": pa.array([int(data.labels[index]) for index, _ in rows], pa.int64()),
         }
     )

@@ -1,0 +1,416 @@
+"""History gate (science): what train.csv says about how the run trained (verify-spec §2.8).
+
+Each finding is disclosed with the epochs where it shows and the column it was read from; a recognised
+column that train.csv does not log makes the audit that needs it ``not_run``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+import pytest
+from runaudit.fixtures.claims import metric_claims, run_claim
+from runaudit.fixtures.history import History, load_history
+from runaudit.fixtures.reader import CapsuleReader
+from runaudit.fixtures.run import Run
+from runaudit.fixtures.siblings import group_of, reader, seed_of
+from runaudit.fixtures.verdicts import AuditRecorder
+
+pytestmark = pytest.mark.science
+
+TRAINING = run_claim("training")
+SELECTION = run_claim("checkpoint_selection")
+LOSS_FLOOR_TOLERANCE = 1e-6  # float noise around a zero loss is not a negative loss
+SPIKE_FACTOR = 10.0  # a jump of one order of magnitude
+SPIKE_WINDOW = 5
+RECOVERED_FACTOR = 2.0
+GRAD_WINDOW = 10
+GRAD_MIN_WINDOW = 5
+GRAD_Z = 6.0
+MAD_TO_SD = 1.4826
+CONSTANT_SCHEDULES = frozenset({"constant", "none", "fixed"})
+CYCLIC_SCHEDULES = ("restart", "cyclic", "sgdr", "one_cycle", "onecycle")
+RESTART_TOLERANCE = 0.01
+UNCOMPARED = frozenset({"epoch", "step", "lr", "wall_time_s"})  # equal across sound reruns by design
+
+
+def _history(audit: AuditRecorder, run: Run, capsule: CapsuleReader) -> History:
+    if run.kind == "hardware":
+        audit.not_applicable("hardware capsules carry no training history")
+    return audit.need(load_history, capsule)
+
+
+def _shown(epochs: list[int], limit: int = 8) -> str:
+    text = ", ".join(map(str, epochs[:limit]))
+    return f"{text}, ... ({len(epochs)} in all)" if len(epochs) > limit else text
+
+
+def _loss_columns(history: History) -> list[str]:
+    """Columns holding a loss bounded below by zero (cross-entropy, BCE, MSE ...) unless declared."""
+    return [
+        name
+        for name in history.values
+        if name == "train_loss" or name.endswith("_loss") or "cross_entropy" in name
+    ]
+
+
+def test_finite(run: Run, capsule: CapsuleReader, audit: AuditRecorder) -> None:
+    history = _history(audit, run, capsule)
+    findings = {
+        column: history.epochs_where(history.logged[column] & ~np.isfinite(history.values[column]))
+        for column in history.values
+    }
+    findings = {column: epochs for column, epochs in findings.items() if epochs}
+    checked = int(sum(mask.sum() for mask in history.logged.values()))
+    if not findings:
+        audit.note(f"{checked} logged values in {len(history.values)} columns are finite", checked=checked)
+        return
+    column, epochs = next(iter(findings.items()))
+    audit.disclose(
+        f"run {run.run_id}: train.csv logs non-finite values: "
+        + "; ".join(f"{name} at epoch(s) {_shown(where)}" for name, where in findings.items())
+        + " (the same step on a replay means poisoned data; a varying step, numerics or LR)",
+        affects=[TRAINING, *metric_claims(run)],
+        column=column,
+        epochs=epochs,
+        findings=findings,
+    )
+
+
+def test_loss_bound(run: Run, capsule: CapsuleReader, audit: AuditRecorder) -> None:
+    history = _history(audit, run, capsule)
+    columns = _loss_columns(history)
+    findings = {}
+    for column in columns:
+        values = history.values[column]
+        below = history.logged[column] & (values < -LOSS_FLOOR_TOLERANCE)
+        if below.any():
+            findings[column] = {"epochs": history.epochs_where(below), "minimum": float(np.nanmin(values))}
+    if not findings:
+        audit.note(f"{', '.join(columns)} stay at or above 0", columns=columns)
+        return
+    column, found = next(iter(findings.items()))
+    audit.disclose(
+        f"run {run.run_id}: train.csv: a loss bounded below by 0 goes negative: "
+        + "; ".join(
+            f"{name} reaches {item['minimum']:.6g} at epoch(s) {_shown(item['epochs'])}"
+            for name, item in findings.items()
+        )
+        + " (a loss-math bug such as scaled BCE targets; declare topic loss_bound if the loss is unbounded)",
+        affects=[TRAINING, *metric_claims(run)],
+        topic="loss_bound",
+        column=column,
+        epochs=found["epochs"],
+        findings=findings,
+    )
+
+
+def _selection_target(run: Run) -> tuple[str | None, str | None]:
+    """(metric, mode) the best checkpoint was selected by: run.json's selection, else the first metric."""
+    checkpoints = run.get("checkpoints")
+    best = checkpoints.get("best") if isinstance(checkpoints, Mapping) else None
+    selection = best.get("selection") if isinstance(best, Mapping) else None
+    if isinstance(selection, Mapping) and selection.get("metric") and selection.get("mode") in ("max", "min"):
+        return str(selection["metric"]), str(selection["mode"])
+    if run.metrics:
+        metric = run.metrics[0]
+        return metric.name, "max" if metric.direction == "higher" else "min"
+    return None, None
+
+
+def test_best_at_first_epoch(run: Run, capsule: CapsuleReader, audit: AuditRecorder) -> None:
+    history = _history(audit, run, capsule)
+    metric, mode = _selection_target(run)
+    if metric is None:
+        audit.not_run("run.json names no selection metric and no protocol metric (capsule.run_json_schema)")
+    column = f"val_{metric}"
+    if not history.has(column):
+        audit.not_run(f"train.csv does not log {column} (recognised, optional: capsule.md §6)")
+    epochs, values = history.series(column)
+    finite = np.isfinite(values)
+    epochs, values = epochs[finite], values[finite]
+    if len(values) < 2:
+        audit.not_applicable(f"train.csv evaluates {column} {len(values)} time(s); no trajectory to judge")
+    best = int(np.argmax(values) if mode == "max" else np.argmin(values))
+    audit.evidence(column=column, mode=mode, best_epoch=int(epochs[best]), best_value=float(values[best]))
+    if best != 0:
+        audit.note(f"best {column} {values[best]:.6g} at epoch {int(epochs[best])} of {int(epochs[-1])}")
+        return
+    audit.disclose(
+        f"run {run.run_id}: train.csv: the best {column} ({values[0]:.6g}) is at the first evaluation "
+        f"(epoch {int(epochs[0])}) and never improves through epoch {int(epochs[-1])} "
+        f"(final {values[-1]:.6g}): instability, a too-high LR, or a strong init evaluated early",
+        affects=[SELECTION, *metric_claims(run)],
+        topic="best_at_first_epoch",
+        epochs=[int(epochs[0])],
+    )
+
+
+def _robust_z(values: np.ndarray) -> np.ndarray:
+    """Each value's robust z against the median/MAD of the window before it (nan while it fills)."""
+    scores = np.full(len(values), np.nan)
+    for index in range(GRAD_MIN_WINDOW, len(values)):
+        window = values[max(0, index - GRAD_WINDOW) : index]
+        median = np.median(window)
+        spread = MAD_TO_SD * np.median(np.abs(window - median))
+        scores[index] = (values[index] - median) / max(spread, 0.01 * abs(median), 1e-12)
+    return scores
+
+
+def test_grad_spikes(run: Run, capsule: CapsuleReader, audit: AuditRecorder) -> None:
+    history = _history(audit, run, capsule)
+    if not history.has("grad_norm"):
+        audit.not_run("train.csv does not log grad_norm (recognised, optional: capsule.md §6)")
+    epochs, values = history.series("grad_norm")
+    finite = np.isfinite(values)
+    epochs, values = epochs[finite], values[finite]
+    if len(values) <= GRAD_MIN_WINDOW:
+        audit.not_applicable(f"grad_norm has {len(values)} finite value(s); a spike needs a window before it")
+    scores = _robust_z(values)
+    spikes = np.flatnonzero(scores > GRAD_Z)
+    audit.evidence(column="grad_norm", window=GRAD_WINDOW, threshold_z=GRAD_Z, max_z=float(np.nanmax(scores)))
+    if not spikes.size:
+        audit.note(f"no grad_norm spike above robust z {GRAD_Z:g} (max {np.nanmax(scores):.2f})")
+        return
+    where = sorted({int(epochs[index]) for index in spikes})
+    audit.disclose(
+        f"run {run.run_id}: train.csv: grad_norm spikes above robust z {GRAD_Z:g} at epoch(s) {_shown(where)} "
+        f"(largest {values[spikes].max():.4g} vs a window median of "
+        f"{np.median(values[max(0, spikes[0] - GRAD_WINDOW) : spikes[0]]):.4g})",
+        affects=[TRAINING],
+        epochs=where,
+        spikes=[
+            {"epoch": int(epochs[index]), "value": float(values[index]), "z": float(scores[index])}
+            for index in spikes
+        ],
+    )
+
+
+def test_loss_spikes(run: Run, capsule: CapsuleReader, audit: AuditRecorder) -> None:
+    history = _history(audit, run, capsule)
+    epochs, values = history.series("train_loss")
+    spikes = []
+    for index in range(1, len(values)):
+        before = np.median(values[max(0, index - SPIKE_WINDOW) : index])
+        if not (np.isfinite(before) and before > 0 and np.isfinite(values[index])):
+            continue
+        if values[index] >= SPIKE_FACTOR * before:
+            later = values[index + 1 :]
+            recovered = bool(np.any(np.isfinite(later) & (later <= RECOVERED_FACTOR * before)))
+            spikes.append(
+                {
+                    "epoch": int(epochs[index]),
+                    "value": float(values[index]),
+                    "before": float(before),
+                    "recovered": recovered,
+                }
+            )
+    if not spikes:
+        audit.note(f"no train_loss jump of {SPIKE_FACTOR:g}× over {len(values)} logged rows")
+        return
+    diverged = [spike for spike in spikes if not spike["recovered"]]
+    audit.disclose(
+        f"run {run.run_id}: train.csv: train_loss jumps ≥{SPIKE_FACTOR:g}× at epoch(s) "
+        f"{_shown([spike['epoch'] for spike in spikes])} (e.g. {spikes[0]['before']:.4g} → {spikes[0]['value']:.4g}); "
+        + (f"{len(diverged)} never recovered (diverged)" if diverged else "each recovered"),
+        affects=[TRAINING, *metric_claims(run)] if diverged else [TRAINING],
+        column="train_loss",
+        epochs=[spike["epoch"] for spike in spikes],
+        spikes=spikes,
+    )
+
+
+def _planned_epochs(run: Run) -> int | None:
+    training = run.get("training")
+    planned = training.get("epochs_planned") if isinstance(training, Mapping) else None
+    return planned if isinstance(planned, int) and not isinstance(planned, bool) else None
+
+
+def test_counters(run: Run, capsule: CapsuleReader, audit: AuditRecorder) -> None:
+    history = _history(audit, run, capsule)
+    resets = []
+    for column in ("epoch", "step"):
+        values = history.values[column]
+        for index in np.flatnonzero(np.diff(values) < 0) + 1:
+            resets.append(
+                {
+                    "column": column,
+                    "row": int(index) + 2,
+                    "epoch": int(values[index]) if column == "epoch" else int(history.epochs[index]),
+                    "from": float(values[index - 1]),
+                    "to": float(values[index]),
+                    "after_resume": bool(history.resume is not None and history.resume[index]),
+                }
+            )
+    planned = _planned_epochs(run)
+    last = float(np.nanmax(history.epochs))
+    beyond = planned is not None and last > planned
+    audit.evidence(epochs_planned=planned, last_epoch=last)
+    if not resets and not beyond:
+        audit.note(
+            f"epoch and step never decrease over {history.rows} rows; last epoch {last:g} ≤ planned {planned}"
+        )
+        return
+    problems = [
+        f"{item['column']} goes {item['from']:g} → {item['to']:g} at train.csv line {item['row']}"
+        + (" right after a resume" if item["after_resume"] else "")
+        for item in resets
+    ]
+    if beyond:
+        problems.append(f"the last epoch {last:g} exceeds the {planned} planned")
+    audit.disclose(
+        f"run {run.run_id}: train.csv counters are not monotone: {'; '.join(problems[:5])} "
+        "(the resume bug signature: state restored without its counters)",
+        affects=[TRAINING, *metric_claims(run)],
+        column=resets[0]["column"] if resets else "epoch",
+        epochs=sorted({item["epoch"] for item in resets}) or [int(last)],
+        resets=resets,
+    )
+
+
+def _schedule(run: Run) -> str | None:
+    training = run.get("training")
+    schedule = training.get("schedule") if isinstance(training, Mapping) else None
+    return schedule.lower() if isinstance(schedule, str) and schedule else None
+
+
+def test_lr_schedule(run: Run, capsule: CapsuleReader, audit: AuditRecorder) -> None:
+    history = _history(audit, run, capsule)
+    if not history.has("lr"):
+        audit.not_run("train.csv does not log lr (recognised, optional: capsule.md §6)")
+    schedule = _schedule(run)
+    if schedule is None:
+        audit.not_run("run.json declares no training.schedule to hold the logged LR against")
+    epochs, values = history.series("lr")
+    findings: list[str] = []
+    where: list[int] = []
+    if (
+        schedule not in CONSTANT_SCHEDULES
+        and len(values) >= 3
+        and np.ptp(values) <= 1e-12 * max(abs(values[0]), 1e-30)
+    ):
+        findings.append(
+            f"the logged LR stays at {values[0]:.6g} for all {len(values)} rows under the declared "
+            f"{schedule} schedule (the config scalar was logged, or the scheduler never stepped)"
+        )
+        where = [int(epochs[0])]
+    restarts: list[int] = []
+    if history.resume is not None and not any(word in schedule for word in CYCLIC_SCHEDULES):
+        lr, logged = history.values["lr"], history.logged["lr"]
+        start = values[0]
+        for index in np.flatnonzero(history.resume & logged):
+            previous = np.flatnonzero(logged[:index])
+            if not previous.size:
+                continue
+            tolerance = RESTART_TOLERANCE * max(abs(start), 1e-30)
+            if abs(lr[index] - start) <= tolerance and abs(lr[previous[-1]] - start) > 5 * tolerance:
+                restarts.append(int(history.epochs[index]))
+        if restarts:
+            findings.append(
+                f"after resuming at epoch(s) {_shown(restarts)} the LR restarts from its initial {start:.6g} "
+                "(the scheduler state was not restored: warmup/decay replayed)"
+            )
+            where = restarts
+    audit.evidence(column="lr", schedule=schedule, resume_logged=history.resume is not None)
+    if not findings:
+        audit.note(f"the logged LR follows a varying {schedule} schedule over {len(values)} rows")
+        return
+    audit.disclose(
+        f"run {run.run_id}: train.csv: {'; '.join(findings)}",
+        affects=[TRAINING, *metric_claims(run)],
+        epochs=where,
+    )
+
+
+def test_early_finish(run: Run, capsule: CapsuleReader, audit: AuditRecorder) -> None:
+    if run.kind == "hardware":
+        audit.not_applicable("hardware capsules carry no training history")
+    training = run.get("training")
+    if not isinstance(training, Mapping):
+        audit.not_run("run.json declares no training block (reported by capsule.run_json_schema)")
+    planned, done = training.get("epochs_planned"), training.get("epochs_run")
+    if not isinstance(planned, int) or not isinstance(done, int):
+        audit.not_run(
+            "run.json training lacks epochs_planned/epochs_run (reported by capsule.run_json_schema)"
+        )
+    audit.evidence(epochs_planned=planned, epochs_run=done, early_stop=training.get("early_stop"))
+    if done >= planned:
+        audit.note(f"ran {done} of {planned} planned epochs")
+        return
+    if training.get("early_stop") is True:
+        audit.note(f"stopped early at {done} of {planned} planned epochs, as run.json declares (early_stop)")
+        return
+    audit.disclose(
+        f"run {run.run_id}: run.json: ran {done} of {planned} planned epochs without a declared early stop "
+        "(a probable early failure; set training.early_stop if it was deliberate)",
+        affects=[TRAINING, *metric_claims(run)],
+        topic="early_stop",
+        epochs=[done],
+    )
+
+
+def _deterministic(run: Run) -> bool:
+    seed = run.get("seed")
+    return isinstance(seed, Mapping) and seed.get("deterministic") is True
+
+
+def _config_sha(run: Run) -> str | None:
+    config = run.get("config")
+    return config.get("sha256") if isinstance(config, Mapping) else None
+
+
+def test_stale_repeat(
+    run: Run, capsule: CapsuleReader, audit: AuditRecorder, sibling_run: Run | None
+) -> None:
+    if run.kind == "hardware":
+        audit.not_applicable("hardware capsules carry no training history")
+    if sibling_run is None:
+        group = group_of(run)
+        audit.not_applicable(
+            f"no other run shares comparison group {group} under {run.root}"
+            if group
+            else "run.json declares no comparison group; there is no sibling to compare"
+        )
+    header, rows = audit.need(capsule.csv_rows, "train.csv")
+    other_header, other_rows = audit.need(reader(sibling_run).csv_rows, "train.csv")
+    compared = [
+        name for name in header if name not in UNCOMPARED and name in other_header and name != "resume"
+    ]
+
+    def column(name: str, names: list[str], table: list[list[str]]) -> list[str]:
+        position = names.index(name)
+        return [row[position].strip() for row in table if len(row) == len(names)]
+
+    identical = [
+        name
+        for name in compared
+        if (cells := column(name, header, rows))
+        and any(cells)
+        and cells == column(name, other_header, other_rows)
+    ]
+    audit.evidence(sibling=sibling_run.run_id, compared=compared, identical=identical)
+    if not identical:
+        audit.note(f"no train.csv series equals {sibling_run.run_id}'s ({len(compared)} columns compared)")
+        return
+    expected = (
+        _deterministic(run)
+        and _deterministic(sibling_run)
+        and seed_of(run) == seed_of(sibling_run)
+        and _config_sha(run) == _config_sha(sibling_run)
+    )
+    if expected:
+        audit.note(
+            f"{', '.join(identical)} equal {sibling_run.run_id}'s, as a deterministic rerun of the same "
+            "seed and config should"
+        )
+        return
+    epochs = [int(cell) for cell in column("epoch", header, rows) if cell.lstrip("-").isdigit()]
+    audit.disclose(
+        f"run {run.run_id}: train.csv {', '.join(identical)} is byte-identical to sibling {sibling_run.run_id}'s "
+        f"although the runs differ in seed or config or do not declare determinism: a stale artifact was "
+        "loaded, or one run was reported twice",
+        affects=[TRAINING, *metric_claims(run)],
+        column=identical[0],
+        epochs=epochs,
+    )

@@ -1,0 +1,109 @@
+"""Helpers for the science-gate tests: edit a real capsule the way a defect would, and lay datasets out."""
+
+from __future__ import annotations
+
+import csv
+import functools
+import hashlib
+import io
+import json
+import shutil
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+from runaudit.examples.digits import data as digits_data
+
+
+def edit_json(path: Path, change: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
+    document = json.loads(path.read_text())
+    change(document)
+    path.write_text(json.dumps(document, indent=2))
+    return document
+
+
+def edit_csv(path: Path, change: Callable[[list[dict[str, str]]], None]) -> None:
+    """Rewrite train.csv row by row (``change`` edits the list of row dicts in place)."""
+    with path.open(newline="") as handle:
+        reader = csv.DictReader(handle)
+        header = list(reader.fieldnames or [])
+        rows = list(reader)
+    change(rows)
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=header, lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(rows)
+    path.write_text(buffer.getvalue())
+
+
+def edit_config(capsule: Path, change: Callable[[dict[str, Any]], None]) -> None:
+    """Change config.yaml and re-bind its hash in run.json, as a producer would have declared it."""
+    config = yaml.safe_load((capsule / "config.yaml").read_text())
+    change(config)
+    data = yaml.safe_dump(config, sort_keys=True).encode()
+    (capsule / "config.yaml").write_bytes(data)
+    edit_json(capsule / "run.json", lambda run: run["config"].update(sha256=hashlib.sha256(data).hexdigest()))
+
+
+def copy_capsule(source: Path, target: Path) -> Path:
+    shutil.copytree(source, target)
+    return target
+
+
+def set_metric(capsule: Path, metric: str, condition: str, value: float) -> None:
+    def change(document: dict[str, Any]) -> None:
+        for row in document["metrics"]:
+            if row["metric"] == metric and row["condition_id"] == condition:
+                row["value"] = value
+
+    edit_json(capsule / "test" / "main" / "metrics.json", change)
+
+
+@functools.cache
+def digits() -> digits_data.Digits:
+    return digits_data.load()
+
+
+def digit_png(index: int, images: np.ndarray | None = None) -> bytes:
+    """One sklearn digit as an 8×8 grey PNG (0..240)."""
+    from PIL import Image
+
+    pixels = (digits().images if images is None else images)[index]
+    buffer = io.BytesIO()
+    Image.fromarray((pixels * 15.0).round().clip(0, 255).astype(np.uint8)).save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
+def write_list(path: Path, rows: Iterable[dict[str, Any]], columns: list[str]) -> Path:
+    with path.open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=columns, lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(rows)
+    return path
+
+
+def bind_split(
+    capsule: Path, split_id: str, sha256: str, counts: dict[str, int], scheme: str, **extra: Any
+) -> None:
+    """Point the run at another split manifest, as its producer would have declared it."""
+    edit_json(
+        capsule / "run.json",
+        lambda run: run.update(
+            split={
+                "split_id": split_id,
+                "scheme": scheme,
+                "manifest_sha256": sha256,
+                "counts": counts,
+                **extra,
+            }
+        ),
+    )
+
+
+def verdict(outcome: Any, audit: str, subject: str | None = None) -> dict[str, Any]:
+    """The one verdict of ``audit`` (and ``subject``) in a harness run's report."""
+    found = [item for item in outcome.find(audit) if subject is None or item["subject"] == subject]
+    assert len(found) == 1, (audit, subject, [item["subject"] for item in outcome.find(audit)])
+    return found[0]

@@ -1,0 +1,158 @@
+"""History audits on the demo's real train.csv, each seeded with one defect: only that audit discloses."""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from science_support import copy_capsule, digits, edit_config, edit_csv, edit_json, verdict
+
+HISTORY = ("-m", "science", "-k", "test_history")
+Rows = list[dict[str, str]]
+
+
+@functools.cache
+def bce_with_scaled_targets(epochs: int) -> list[float]:
+    """Per-epoch mean loss of the demo CNN trained with BCE whose one-hot targets were scaled ×5.
+
+    Scaling targets to "weight" a loss is a real bug: BCE is bounded below by 0 only for targets in [0, 1].
+    """
+    import torch
+    from runaudit.examples.digits.model import build
+    from runaudit.examples.digits.train import DEFAULT_CONFIG
+    from torch import nn
+
+    torch.manual_seed(0)
+    data = digits()
+    inputs = torch.from_numpy(data.inputs(np.arange(256)))
+    targets = nn.functional.one_hot(torch.from_numpy(data.labels[:256]), 10).float() * 5.0
+    model = build(DEFAULT_CONFIG)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    losses = []
+    for _ in range(epochs):
+        batch_losses = []
+        for start in range(0, 256, 64):
+            optimizer.zero_grad()
+            loss = nn.functional.binary_cross_entropy_with_logits(
+                model(inputs[start : start + 64]), targets[start : start + 64]
+            )
+            loss.backward()
+            optimizer.step()
+            batch_losses.append(loss.item())
+        losses.append(float(np.mean(batch_losses)))
+    return losses
+
+
+def _set(column: str, epoch: int, value: Callable[[float], float] | str) -> Callable[[Rows], None]:
+    def change(rows: Rows) -> None:
+        row = rows[epoch - 1]
+        row[column] = value if isinstance(value, str) else repr(value(float(row[column])))
+
+    return change
+
+
+def _negative_loss(rows: Rows) -> None:
+    for row, loss in zip(rows, bce_with_scaled_targets(len(rows)), strict=True):
+        row["train_loss"] = repr(loss)
+
+
+def _counter_reset(rows: Rows) -> None:
+    """Resumed after epoch 12 from model weights only: the counters restart at epoch 1, step 17."""
+    for number, row in enumerate(rows[12:], start=1):
+        row["epoch"], row["step"] = str(number), str(17 * number)
+    rows[12]["resume"] = "True"
+
+
+def _constant_lr(rows: Rows) -> None:
+    for row in rows:
+        row["lr"] = "0.003"  # the config scalar logged instead of the scheduler's value
+
+
+def _warmup_replayed(rows: Rows) -> None:
+    """Resumed after epoch 12 without the scheduler state: the cosine schedule starts over."""
+    for row, original in zip(rows[12:], rows[: len(rows) - 12], strict=True):
+        row["lr"] = original["lr"]
+    rows[12]["resume"] = "True"
+
+
+CASES: dict[str, tuple[str, Callable[[Rows], None] | None, Callable[[dict[str, Any]], None] | None]] = {
+    "nan": ("history.finite", _set("val_cross_entropy", 7, "nan"), None),
+    "loss-spike": ("history.loss_spikes", _set("train_loss", 12, lambda value: value * 50), None),
+    "negative-bce-loss": ("history.loss_bound", _negative_loss, None),
+    "epoch-reset-after-resume": ("history.counters", _counter_reset, None),
+    "constant-lr-under-cosine": ("history.lr_schedule", _constant_lr, None),
+    "schedule-replayed-after-resume": ("history.lr_schedule", _warmup_replayed, None),
+    "best-at-first-epoch": ("history.best_at_first_epoch", _set("val_accuracy", 1, "0.999"), None),
+    "grad-spike": ("history.grad_spikes", _set("grad_norm", 15, lambda value: value * 40), None),
+    "early-finish": ("history.early_finish", None, lambda run: run["training"].update(epochs_planned=40)),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_each_seeded_defect_is_disclosed_by_its_own_audit(
+    run_audits, project: Path, capsule_dir: Path, case: str
+) -> None:
+    audit, history_change, run_change = CASES[case]
+    if history_change is not None:
+        edit_csv(capsule_dir / "train.csv", history_change)
+    if run_change is not None:
+        edit_json(capsule_dir / "run.json", run_change)
+    outcome = run_audits(capsule_dir, project, *HISTORY)
+    disclosed = {item for item in outcome.verdicts("disclosed") if item.startswith("history.")}
+    assert disclosed == {audit}, {
+        item["audit"]: item["message"] for item in outcome.report["verdicts"] if item["audit"] in disclosed
+    }
+    found = verdict(outcome, audit)
+    assert found["message"].startswith("run demo: ")
+    assert "run:training" in found["affects"] or "run:checkpoint_selection" in found["affects"]
+    assert found["evidence"]["epochs"], found["evidence"]
+    assert outcome.result.ret == 0
+
+
+def test_the_negative_loss_is_real_and_named(run_audits, project: Path, capsule_dir: Path) -> None:
+    edit_csv(capsule_dir / "train.csv", _negative_loss)
+    found = verdict(run_audits(capsule_dir, project, *HISTORY), "history.loss_bound")
+    assert found["evidence"]["column"] == "train_loss"
+    minimum = found["evidence"]["findings"]["train_loss"]["minimum"]
+    assert minimum < -1 and math.isfinite(minimum)
+    assert "goes negative" in found["message"]
+
+
+def test_a_missing_recognised_column_makes_its_audit_not_run(
+    run_audits, project: Path, capsule_dir: Path
+) -> None:
+    def drop(rows: Rows) -> None:
+        for row in rows:
+            row["grad_norm"] = ""
+            row["lr"] = ""
+
+    edit_csv(capsule_dir / "train.csv", drop)
+    outcome = run_audits(capsule_dir, project, *HISTORY)
+    for audit, column in (("history.grad_spikes", "grad_norm"), ("history.lr_schedule", "lr")):
+        found = verdict(outcome, audit)
+        assert found["verdict"] == "not_run" and f"does not log {column}" in found["message"]
+
+
+def test_stale_repeat_against_siblings(run_audits, project: Path, capsule_dir: Path) -> None:
+    stale = copy_capsule(capsule_dir, project / "export" / "demo-seed1")
+    edit_json(
+        stale / "run.json", lambda run: (run.update(run_id="demo-seed1"), run["seed"].update(values=[1]))
+    )
+    edit_config(stale, lambda config: config["train"].update(seed=1))
+    rerun = copy_capsule(capsule_dir, project / "export" / "demo-rerun")
+    edit_json(rerun / "run.json", lambda run: run.update(run_id="demo-rerun"))
+
+    outcome = run_audits(capsule_dir, project, *HISTORY)
+    repeat = verdict(outcome, "history.stale_repeat", "demo-seed1")
+    assert repeat["verdict"] == "disclosed"
+    assert (
+        "byte-identical to sibling demo-seed1" in repeat["message"]
+        and repeat["evidence"]["column"] == "train_loss"
+    )
+    rerun_verdict = verdict(outcome, "history.stale_repeat", "demo-rerun")
+    assert rerun_verdict["verdict"] == "passed" and "deterministic rerun" in rerun_verdict["message"]
