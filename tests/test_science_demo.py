@@ -28,6 +28,7 @@ def test_clean_demo_discloses_only_what_it_declares(run_audits, demo_project: Pa
     assert outcome.result.ret == 0
     science = [item for item in outcome.report["verdicts"] if item["gate_class"] == "science"]
     assert {item["audit"].split(".")[0] for item in science} == {
+        "checkpoint",  # resume_state: last.pth carries what a resume needs
         "collapse",
         "determinism",
         "history",

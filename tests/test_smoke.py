@@ -15,10 +15,6 @@ from pathlib import Path
 import pytest
 import torch
 
-# pytester runs in-process and drops the modules an inner run imported; torch's compiler package, which
-# the first optimizer step imports, registers native operator libraries that cannot be registered twice
-# in one process. Importing it here, at collection, keeps it loaded across every inner run.
-import torch._dynamo  # noqa: F401
 from runaudit.examples.denoise.evaluate import mean_psnr, noisy_inputs, psnr
 from runaudit.examples.denoise.train import DEFAULT_CONFIG, clean_images, fit
 
