@@ -16,6 +16,7 @@ import os
 import socket
 import sys
 from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -74,30 +75,41 @@ def capsule_holder(root: Path, roster: list[str]) -> Path:
 
 
 def verify_pull(root: Path, pull_id: str, *, log: Callable[[str], None] = print) -> Verification:
-    """Run every custody audit, hashing fresh, on every roster run of ``pull_id``."""
+    """Run every custody audit, hashing fresh, on every roster run of ``pull_id``.
+
+    Runs are audited in parallel processes, one per core: each process spends much of its time on
+    fixed costs (interpreter, pytest, torch import) that overlap well with another's hashing.
+    """
     manifest = load_manifest(root, pull_id)
     holder = capsule_holder(root, manifest.roster)
     verification = Verification(manifest, holder)
+    present = []
     for run_id in manifest.roster:
-        capsule = holder / run_id
-        if not capsule.is_dir():
-            verification.problems.append(f"run {run_id}: no capsule at {capsule}")
-            continue
-        log(f"verify {pull_id}: auditing {run_id} at {capsule}")
-        report, output = run_suite(capsule, root, args=(*VERIFY_ARGS, "--pull", pull_id))
-        if report is None:
-            verification.problems.append(f"run {run_id}: {output}")
-            continue
-        verification.problems += [f"run {run_id}: {line}" for line in failures(report)]
-        for item in report["verdicts"]:
-            if item["audit"] == "checkpoint.safe_load" and item["verdict"] == "passed":
-                evidence = item["evidence"]
-                verification.checkpoints[f"{run_id}/{item['subject']}"] = {
-                    "sha256": evidence["sha256"],
-                    "tensors": evidence["tensors"],
-                    "numel": evidence["numel"],
-                    "safe_load": True,
-                }
+        if (holder / run_id).is_dir():
+            present.append(run_id)
+        else:
+            verification.problems.append(f"run {run_id}: no capsule at {holder / run_id}")
+
+    def audit(run_id: str) -> tuple[str, dict[str, Any] | None, str]:
+        log(f"verify {pull_id}: auditing {run_id} at {holder / run_id}")
+        report, output = run_suite(holder / run_id, root, args=(*VERIFY_ARGS, "--pull", pull_id))
+        return run_id, report, output
+
+    with ThreadPoolExecutor(max_workers=max(1, min(len(present), os.cpu_count() or 1))) as pool:
+        for run_id, report, output in pool.map(audit, present):
+            if report is None:
+                verification.problems.append(f"run {run_id}: {output}")
+                continue
+            verification.problems += [f"run {run_id}: {line}" for line in failures(report)]
+            for item in report["verdicts"]:
+                if item["audit"] == "checkpoint.safe_load" and item["verdict"] == "passed":
+                    evidence = item["evidence"]
+                    verification.checkpoints[f"{run_id}/{item['subject']}"] = {
+                        "sha256": evidence["sha256"],
+                        "tensors": evidence["tensors"],
+                        "numel": evidence["numel"],
+                        "safe_load": True,
+                    }
     if manifests.read_manifest(manifest.path).sha256 != manifest.sha256:
         verification.problems.append(f"{manifest.path} changed while it was being verified")
     return verification
