@@ -124,7 +124,7 @@ def build(
 ) -> dict[str, Any]:
     verdicts = sorted(map(_verdict, records), key=lambda item: (item["audit"], item["subject"]))
     counts = Counter(item["verdict"] for item in verdicts)
-    receipt = binding_receipt(run.root, run.run_id)
+    receipt = binding_receipt(run)
     headlines, headline_problems = facts.headline_metrics(run)
     return {
         "schema_version": SCHEMA_VERSION,

@@ -134,55 +134,70 @@ def seed_band_figure(doc: Mapping[str, Any]) -> Figure:
     return Figure("seed-bands", "Seed bands", status_line(doc["verdicts"], "variance."), svg, tuple(notes))
 
 
-def _effects(items: Sequence[Mapping[str, Any]], notes: list[str]) -> list[dict[str, Any]]:
-    parsed = []
-    for item in items:
-        evidence = item["evidence"]
-        mde, effect = plots.number(evidence.get("mde")), plots.number(evidence.get("effect"))
-        if mde is None or effect is None:
-            notes.append(f"{_name(item)}: evidence has no finite mde/effect, not drawn")
-            continue
-        label = str(evidence.get("metric") or item["subject"] or item["audit"])
-        parsed.append({"label": label, "mde": abs(mde), "effect": effect})
-        notes.append(
-            f"{label}: effect {effect:.4g} {'inside' if abs(effect) < abs(mde) else 'outside'} "
-            f"MDE {abs(mde):.4g} (n={evidence.get('n')}, sd={evidence.get('sd')}, df={evidence.get('df')})"
-        )
-    return parsed
+def _label(item: Mapping[str, Any]) -> str:
+    return str(item["evidence"].get("metric") or item["subject"] or item["audit"])
 
 
-def _draws(items: Sequence[Mapping[str, Any]], notes: list[str]) -> list[dict[str, Any]]:
-    parsed = []
-    for item in items:
-        evidence = item["evidence"]
-        baseline, probe = plots.finite(evidence.get("baseline_values")), plots.number(evidence.get("probe"))
-        if baseline is None or probe is None:
-            notes.append(f"{_name(item)}: evidence has no baseline_values/probe, not drawn")
-            continue
-        parsed.append(
-            {
-                "label": str(evidence.get("metric") or item["subject"] or item["audit"]),
-                "baseline": baseline,
-                "probe": probe,
-            }
-        )
-    return parsed
+def _effect(item: Mapping[str, Any]) -> tuple[dict[str, Any], str] | None:
+    evidence = item["evidence"]
+    mde, effect = plots.number(evidence.get("mde")), plots.number(evidence.get("effect"))
+    if mde is None or effect is None:
+        return None
+    where = "inside" if abs(effect) < abs(mde) else "outside"
+    note = (
+        f"{_label(item)}: effect {effect:.4g} {where} MDE {abs(mde):.4g} "
+        f"(n={evidence.get('n')}, sd={evidence.get('sd')}, df={evidence.get('df')})"
+    )
+    return {"label": _label(item), "mde": abs(mde), "effect": effect}, note
+
+
+def _draw_against_baseline(item: Mapping[str, Any]) -> tuple[dict[str, Any], str] | None:
+    evidence = item["evidence"]
+    baseline, probe = plots.finite(evidence.get("baseline_values")), plots.number(evidence.get("probe"))
+    if baseline is None or probe is None:
+        return None
+    note = f"{_label(item)}: one draw {probe:.4g} against the baseline's {', '.join(f'{v:.4g}' for v in baseline)}"
+    return {"label": _label(item), "baseline": baseline, "probe": probe}, note
+
+
+POWER = (
+    (
+        "variance.mde",
+        "Effect vs minimum detectable effect",
+        _effect,
+        plots.effect_sizes,
+        "no finite mde/effect",
+    ),
+    (
+        "variance.baseline_draw",
+        "Single-seed draw vs the baseline's seeds",
+        _draw_against_baseline,
+        plots.baseline_draws,
+        "no baseline_values/probe",
+    ),
+)
 
 
 def power_figures(doc: Mapping[str, Any]) -> list[Figure]:
     """The minimum detectable effect, and single-seed draws against the baseline's seeds."""
-    figures = []
-    for prefix, title, parse, draw in (
-        ("variance.mde", "Effect vs minimum detectable effect", _effects, plots.effect_sizes),
-        ("variance.baseline_draw", "Single-seed draw vs the baseline's seeds", _draws, plots.baseline_draws),
-    ):
+    found = []
+    for prefix, title, parse, draw, missing in POWER:
         family = _family(doc["verdicts"], prefix)
-        notes = _not_run_notes(family)
-        items = parse([item for item in family if item["verdict"] != "not_run"], notes)
-        status = status_line(doc["verdicts"], prefix)
+        items, notes = [], _not_run_notes(family)
+        for item in family:
+            if item["verdict"] == "not_run":
+                continue  # its reason is already among the notes
+            parsed = parse(item)
+            if parsed is None:
+                notes.append(f"{_name(item)}: evidence has {missing}, not drawn")
+                continue
+            items.append(parsed[0])
+            notes.append(parsed[1])
         svg = _drawn(notes, draw, items) if items else None
-        figures.append(Figure(prefix.replace(".", "-"), title, status, svg, tuple(notes)))
-    return figures
+        found.append(
+            Figure(prefix.replace(".", "-"), title, status_line(doc["verdicts"], prefix), svg, tuple(notes))
+        )
+    return found
 
 
 def _overlap(value: Any) -> dict[str, int] | None:

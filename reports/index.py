@@ -21,8 +21,7 @@ from typing import Any
 from runaudit.reports.document import INDEX_STEM, report_stem
 from runaudit.reports.findings import GATE_ORDER
 from runaudit.reports.schema import report_problems
-from runaudit.runners import RunnerError
-from runaudit.runners.close import existing_dir
+from runaudit.runners import RunnerError, existing_dir
 
 import runaudit
 from runaudit.atomic import write_bytes_atomic

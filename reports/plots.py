@@ -1,4 +1,4 @@
-"""The page's figures, drawn by matplotlib as inline SVG (Agg-free SVG backend, imported on first use).
+"""The page's figures, drawn by matplotlib as inline SVG (its SVG backend, no pyplot; imported on first use).
 
 Why matplotlib rather than hand-written SVG: axes, ticks, legends and text layout are solved problems
 there, it escapes every text node it writes, and the same code draws the same figure on every machine.
@@ -13,7 +13,7 @@ import contextlib
 import io
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -165,34 +165,44 @@ def seed_bands(bands: Sequence[dict[str, Any]], key: str = "seed-bands") -> str:
         return _svg(figure, key)
 
 
-def effect_sizes(items: Sequence[dict[str, Any]], key: str = "mde") -> str:
-    """The observed effect against the minimum detectable effect (±MDE shaded around zero)."""
+def _row_chart(
+    key: str,
+    items: Sequence[dict[str, Any]],
+    draw_row: Callable[[Any, int, dict[str, Any]], None],
+    xlabel: str,
+) -> str:
+    """One labelled row per item along a shared x axis."""
     with _style(key):
         figure = _figure(WIDTH, 0.7 + 0.45 * len(items))
         ax = figure.subplots()
         for row, item in enumerate(items):
-            ax.barh([row], [2 * item["mde"]], left=[-item["mde"]], color=MUTED, alpha=0.25, height=0.6)
-            inside = abs(item["effect"]) < item["mde"]
-            ax.plot([item["effect"]], [row], "D", color=ALERT if inside else PALETTE[0], markersize=6)
-        ax.axvline(0, color=INK, linewidth=0.8)
+            draw_row(ax, row, item)
         ax.set_yticks(range(len(items)), [short(item["label"]) for item in items])
-        ax.set_xlabel(
-            "effect (diamond) vs ±MDE (shaded): a diamond inside the band is underpowered, not null"
-        )
+        ax.set_xlabel(xlabel)
         return _svg(figure, key)
+
+
+def effect_sizes(items: Sequence[dict[str, Any]], key: str = "mde") -> str:
+    """The observed effect against the minimum detectable effect (±MDE shaded around zero)."""
+
+    def draw(ax: Any, row: int, item: dict[str, Any]) -> None:
+        ax.axvline(0, color=INK, linewidth=0.8)
+        ax.barh([row], [2 * item["mde"]], left=[-item["mde"]], color=MUTED, alpha=0.25, height=0.6)
+        inside = abs(item["effect"]) < item["mde"]
+        ax.plot([item["effect"]], [row], "D", color=ALERT if inside else PALETTE[0], markersize=6)
+
+    label = "effect (diamond) vs ±MDE (shaded): a diamond inside the band is underpowered, not null"
+    return _row_chart(key, items, draw, label)
 
 
 def baseline_draws(items: Sequence[dict[str, Any]], key: str = "baseline-draws") -> str:
     """A single-seed arm against the baseline's own seeds: where its one draw falls among theirs."""
-    with _style(key):
-        figure = _figure(WIDTH, 0.7 + 0.45 * len(items))
-        ax = figure.subplots()
-        for row, item in enumerate(items):
-            ax.plot(item["baseline"], [row] * len(item["baseline"]), "o", color=MUTED, markersize=5)
-            ax.plot([item["probe"]], [row], "D", color=ALERT, markersize=6)
-        ax.set_yticks(range(len(items)), [short(item["label"]) for item in items])
-        ax.set_xlabel("baseline seeds (circles) and the single-seed result (diamond)")
-        return _svg(figure, key)
+
+    def draw(ax: Any, row: int, item: dict[str, Any]) -> None:
+        ax.plot(item["baseline"], [row] * len(item["baseline"]), "o", color=MUTED, markersize=5)
+        ax.plot([item["probe"]], [row], "D", color=ALERT, markersize=6)
+
+    return _row_chart(key, items, draw, "baseline seeds (circles) and the single-seed result (diamond)")
 
 
 def overlap_counts(items: Sequence[dict[str, Any]], key: str = "leakage") -> str:

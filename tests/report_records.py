@@ -7,8 +7,6 @@ an audit can put text: messages, subjects, affects, evidence keys and values, me
 
 from __future__ import annotations
 
-import hashlib
-import json
 from pathlib import Path
 from typing import Any
 
@@ -182,25 +180,3 @@ def build(run: Run, records: list[dict[str, Any]]) -> dict[str, Any]:
         invocation_dir=run.root,
         strict=False,
     )
-
-
-def write_pull(
-    root: Path, pull_id: str, roster: list[str], *, verified_utc: str, receipt: bool = True
-) -> Path:
-    """A pull manifest and (optionally) its receipt, the shapes of capsule.md §9."""
-    folder = root / "_trust" / "pulls" / pull_id
-    folder.mkdir(parents=True)
-    manifest = json.dumps(
-        {"schema_version": "runaudit.pull/1", "pull_id": pull_id, "roster": roster}
-    ).encode()
-    (folder / "PULL_MANIFEST.json").write_bytes(manifest)
-    if receipt:
-        verified = {
-            "schema_version": "runaudit.receipt/1",
-            "pull_id": pull_id,
-            "manifest_sha256": hashlib.sha256(manifest).hexdigest(),
-            "verifier": {"node": "laptop", "tool": "runaudit", "version": "0.1.0"},
-            "verified_utc": verified_utc,
-        }
-        (folder / "PULL_VERIFIED.json").write_text(json.dumps(verified))
-    return folder

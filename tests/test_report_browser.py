@@ -89,8 +89,9 @@ def test_the_demo_page_opens_offline_and_shows_its_parts(
 ) -> None:
     doc = json.loads(demo_report.with_suffix(".json").read_text())
     clean_load(browser, demo_report)
-    assert text(browser, "#teardown h2") == "Safe to tear down? NOT YET"
-    assert "no receipt binds run demo" in text(browser, "#receipt")
+    assert text(browser, "#teardown h2") == "Safe to tear down? YES"
+    assert text(browser, "#receipt").startswith("Receipt: _trust/pulls/demo/PULL_VERIFIED.json · pull demo · verified ")
+    assert text(browser, "#receipt").endswith(" · current")
     claims = browser.evaluate(
         "[...document.querySelectorAll('.claims li')].map(li => li.textContent.replace(/\\s+/g, ' ').trim())"
     )

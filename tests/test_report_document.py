@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import copy
 import json
+import socket
 from pathlib import Path
 from typing import Any
 
 import pytest
-from report_records import HOSTILE, build, demo_run, record, science_records, write_pull
+from report_records import HOSTILE, build, demo_run, record, science_records
 from runaudit.reports import document
 from runaudit.reports.receipt import binding_receipt
 from runaudit.reports.schema import report_problems
@@ -58,53 +59,41 @@ def test_the_schema_rejects_a_report_that_breaks_the_contract(project: Path, whe
     assert report_problems(doc), f"the schema accepted {where} = {value!r}"
 
 
-def test_a_current_receipt_binds_the_run_and_a_rewritten_manifest_makes_it_stale(tmp_path: Path) -> None:
-    assert binding_receipt(tmp_path, "r1") is None
-    write_pull(tmp_path, "p-other", ["r2"], verified_utc="2026-01-03T00:00:00Z")
-    write_pull(tmp_path, "p-unverified", ["r1"], verified_utc="", receipt=False)
-    assert (
-        binding_receipt(tmp_path, "r1") is None
-    )  # a manifest alone, or another run's receipt, is no receipt
-    old = write_pull(tmp_path, "p-old", ["r1", "r2"], verified_utc="2026-01-01T00:00:00Z")
-    new = write_pull(tmp_path, "p-new", ["r1"], verified_utc="2026-01-02T00:00:00Z")
-    found = binding_receipt(tmp_path, "r1")
+def test_the_receipt_shown_is_the_one_runaudit_down_accepts(project: Path) -> None:
+    run = demo_run(project)
+    found = binding_receipt(run)  # the demo's own pull, verified when it was built
     assert found is not None
-    assert (found["pull_id"], found["current"], found["verifier"]) == ("p-new", True, "laptop")
-    assert found["path"] == "_trust/pulls/p-new/PULL_VERIFIED.json"
-    (new / "PULL_MANIFEST.json").write_text(json.dumps({"roster": ["r1"], "files": []}))
-    found = binding_receipt(tmp_path, "r1")
-    assert (found["pull_id"], found["current"]) == (
-        "p-old",
-        True,
-    )  # a current receipt beats a newer stale one
-    (old / "PULL_MANIFEST.json").write_text(json.dumps({"roster": ["r1"]}))
-    found = binding_receipt(tmp_path, "r1")
-    assert (found["pull_id"], found["current"]) == ("p-new", False)
-    assert "stale" in found["problem"]
+    assert (found["pull_id"], found["current"], found["problem"]) == ("demo", True, None)
+    assert found["path"] == "_trust/pulls/demo/PULL_VERIFIED.json"
+    assert found["verifier"] == socket.gethostname() and found["verified_utc"]
+    manifest = project / "_trust/pulls/demo/PULL_MANIFEST.json"
+    manifest.write_text(manifest.read_text() + " ")  # the same content in new bytes: the receipt is stale
+    found = binding_receipt(run)
+    assert found["current"] is False and "binds an older manifest" in found["problem"]
+    (manifest.parent / "PULL_VERIFIED.json").unlink()
+    assert binding_receipt(run) is None
 
 
 def test_safe_to_tear_down_needs_held_custody_and_a_current_receipt(project: Path) -> None:
-    run = demo_run(project)
-
     def answer(records: list[dict[str, Any]], origin: str = "export") -> tuple[str, str]:
         doc = build(demo_run(project, origin), records)
         assert report_problems(doc) == []
         return doc["teardown"]["answer"], doc["teardown"]["reason"]
 
+    assert answer([custody()]) == ("yes", "every custody audit held and receipt demo binds the current manifest")
     assert answer([*science_records()])[0] == "no"  # a custody gate that checked nothing fails
     assert answer([custody(), custody("failed")]) == ("no", "1 custody audit(s) did not hold: capsule.ids")
     assert answer([custody("not_run")])[0] == "no"
-    assert answer([custody()])[0] == "not yet"
     assert answer([custody()], origin="active")[0] == "no"
-    pull = write_pull(project, "p1", [run.run_id], verified_utc="2026-01-02T00:00:00Z")
-    assert answer([custody()])[0] == "yes"
-    (pull / "PULL_MANIFEST.json").write_text(json.dumps({"roster": [run.run_id], "files": []}))
+    manifest = project / "_trust/pulls/demo/PULL_MANIFEST.json"
+    manifest.write_text(manifest.read_text() + " ")
+    verdict, reason = answer([custody()])
+    assert verdict == "not yet" and reason.startswith("receipt demo: run demo: ") and "older manifest" in reason
+    (manifest.parent / "PULL_VERIFIED.json").unlink()
     assert answer([custody()]) == (
         "not yet",
-        "receipt p1: PULL_MANIFEST.json changed after it was verified: the receipt is stale",
+        "every custody audit held, but no pull receipt binds this run (pull and verify it first)",
     )
-    (pull / "PULL_MANIFEST.json").write_text("{}")
-    assert answer([custody()])[0] == "not yet"  # the roster no longer names the run: no receipt binds it
 
 
 @pytest.mark.parametrize(
