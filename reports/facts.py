@@ -77,4 +77,5 @@ def headline_metrics(run: Run) -> tuple[list[dict[str, Any]], list[str]]:
 
 def run_context(run: Run) -> dict[str, Any]:
     """Where and from what the run was trained, as run.json declares it (shown beside the audit's own)."""
-    return {key: jsonable(run.get(key)) for key in ("source", "environment", "training", "seed")}
+    context = {key: jsonable(run.get(key)) for key in ("source", "environment", "training", "seed")}
+    return {key: value if isinstance(value, dict) else None for key, value in context.items()}

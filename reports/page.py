@@ -2,13 +2,44 @@
 
 from __future__ import annotations
 
+import itertools
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from markupsafe import Markup
 from runaudit.fixtures.run import Run
 from runaudit.reports import claims, coverage, figures, findings, visuals
+
+FOLD = 8  # an audit whose subjects all passed shows as one row once it has more subjects than this
+
+
+@dataclass(frozen=True)
+class Folded:
+    """Many passed subjects of one audit (e.g. one ``manifest.sha256`` per file) as one row."""
+
+    audit: str
+    gate_class: str
+    subjects: tuple[str, ...]
+    where: str
+
+
+def verdict_rows(verdicts: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any] | Folded]:
+    """Every verdict in gate order, with long runs of passed subjects folded; anything else row by row."""
+    rows: list[Mapping[str, Any] | Folded] = []
+    for audit, group in itertools.groupby(
+        sorted(verdicts, key=findings.gate_rank), key=lambda item: item["audit"]
+    ):
+        items = list(group)
+        if len(items) > FOLD and all(item["verdict"] == "passed" for item in items):
+            where = ", ".join(sorted({item["where"] for item in items}))
+            rows.append(
+                Folded(audit, items[0]["gate_class"], tuple(item["subject"] for item in items), where)
+            )
+        else:
+            rows.extend(items)
+    return rows
 
 
 def _figure(figure: figures.Figure) -> figures.Figure:
@@ -31,6 +62,6 @@ def context(doc: Mapping[str, Any], run: Run) -> dict[str, Any]:
         "figures": [_figure(figure) for figure in figures.figures(doc, run.path)],
         "matrices": coverage.matrices(doc),
         "strips": visuals.strips(doc, run.path, run.root),
-        "verdicts": sorted(doc["verdicts"], key=findings.gate_rank),
+        "verdict_rows": verdict_rows(doc["verdicts"]),
         "where": sorted(Counter(item["where"] for item in doc["verdicts"]).items()),
     }

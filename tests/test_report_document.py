@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 from report_records import HOSTILE, build, demo_run, record, science_records
-from runaudit.reports import document
+from runaudit.reports import document, html
 from runaudit.reports.receipt import binding_receipt
 from runaudit.reports.schema import report_problems
 
@@ -36,6 +36,29 @@ def test_a_built_report_meets_its_own_schema(project: Path) -> None:
         }
     ]
     assert doc["reproduce"] == f"cd {project} && python -m pytest --run demo"
+
+
+def test_a_malformed_run_json_still_yields_a_valid_report_and_page(project: Path) -> None:
+    capsule = project / "export" / "demo"
+    declared = json.loads((capsule / "run.json").read_text())
+    main = declared["tests"][0]
+    declared.update(
+        source="a string", seed=[1, 2], tests=[main, {"test_id": 5, "conditions": "clean"}, "junk"]
+    )
+    (capsule / "run.json").write_text(json.dumps(declared))
+    (capsule / "test/main/metrics.json").write_text("{ torn")
+    (capsule / "train.csv").write_bytes(b"\xff\xfe not csv")
+    run = demo_run(project)
+    doc = build(run, [custody(), *science_records()])
+    assert report_problems(doc) == []
+    assert doc["run_context"]["source"] is None and doc["headlines"] == []
+    assert doc["headline_problems"] == [
+        "test/main/metrics.json could not be read (JSONDecodeError): its numbers are not shown"
+    ]
+    assert doc["tests"][1] == {"test_id": "5", "conditions": [], "roles": [], "selection_id": None, "k": None}
+    page = html.render_run(doc, run)
+    assert "curves not drawn: train.csv is not readable CSV" in page
+    assert "its numbers are not shown" in page
 
 
 @pytest.mark.parametrize(
@@ -80,7 +103,10 @@ def test_safe_to_tear_down_needs_held_custody_and_a_current_receipt(project: Pat
         assert report_problems(doc) == []
         return doc["teardown"]["answer"], doc["teardown"]["reason"]
 
-    assert answer([custody()]) == ("yes", "every custody audit held and receipt demo binds the current manifest")
+    assert answer([custody()]) == (
+        "yes",
+        "every custody audit held and receipt demo binds the current manifest",
+    )
     assert answer([*science_records()])[0] == "no"  # a custody gate that checked nothing fails
     assert answer([custody(), custody("failed")]) == ("no", "1 custody audit(s) did not hold: capsule.ids")
     assert answer([custody("not_run")])[0] == "no"
@@ -88,7 +114,9 @@ def test_safe_to_tear_down_needs_held_custody_and_a_current_receipt(project: Pat
     manifest = project / "_trust/pulls/demo/PULL_MANIFEST.json"
     manifest.write_text(manifest.read_text() + " ")
     verdict, reason = answer([custody()])
-    assert verdict == "not yet" and reason.startswith("receipt demo: run demo: ") and "older manifest" in reason
+    assert (
+        verdict == "not yet" and reason.startswith("receipt demo: run demo: ") and "older manifest" in reason
+    )
     (manifest.parent / "PULL_VERIFIED.json").unlink()
     assert answer([custody()]) == (
         "not yet",

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from report_records import HOSTILE, build, demo_run, hostile_records, record, science_records
-from runaudit.reports import claims, coverage, figures, findings, html, visuals
+from runaudit.reports import claims, coverage, figures, findings, html, page, visuals
 
 
 def custody_records(verdict: str = "passed") -> list[dict[str, Any]]:
@@ -179,3 +179,22 @@ def test_every_value_is_escaped_on_the_page(project: Path) -> None:
     assert "<script" not in page.lower() and "<img src=x" not in page
     assert page.count("&lt;script&gt;window.__pwned=1&lt;/script&gt;") >= 10
     assert "ünïcødé ✓ $x$" in page
+
+
+def test_long_runs_of_passed_subjects_fold_but_a_failure_never_hides() -> None:
+    many = [record("manifest.sha256", "passed", gate_class="custody", subject=f"f{i}.png") for i in range(20)]
+    mixed = [record("manifest.size", "passed", gate_class="custody", subject=f"f{i}.png") for i in range(19)]
+    mixed.append(
+        record(
+            "manifest.size",
+            "failed",
+            "f19.png is 3 bytes, the manifest says 4",
+            gate_class="custody",
+            subject="f19.png",
+        )
+    )
+    few = [record("capsule.ids", "passed", gate_class="custody")]
+    rows = page.verdict_rows([*few, *mixed, *many])
+    folded = [row for row in rows if isinstance(row, page.Folded)]
+    assert [(row.audit, len(row.subjects)) for row in folded] == [("manifest.sha256", 20)]
+    assert len(rows) == 1 + 20 + 1  # capsule.ids, every manifest.size row, one folded row
