@@ -1,9 +1,10 @@
 """Collect settled verdicts on the xdist controller and write the report once, at session end.
 
-The verdict record crosses xdist inside ``report.user_properties``. Once collected here, each report's
-record is swapped for flat ``runaudit.*`` properties (audit id, subject, gate, verdict), which is what
-pytest's ``--junitxml`` writes as ``<property>`` elements: the JUnit twin names every audit and verdict
+The verdict record crosses xdist inside ``report.user_properties``. Once collected here, the teardown
+report's record (the one ``--junitxml`` writes as ``<property>`` elements) is swapped for flat
+``runaudit.*`` properties (audit id, subject, gate, verdict): the JUnit twin names every audit and verdict
 without pasting a Python dict into the XML, and without ``record_property`` (which warns under xunit2).
+Setup and call reports keep the record, which the terminal's status words (DISCLOSED, NOT RUN) read.
 """
 
 from __future__ import annotations
@@ -58,10 +59,11 @@ class VerdictReport:
         decisive = report.when == "call" or report.outcome != "passed"
         if decisive and record["verdict"] is not None:
             self.records[report.nodeid] = copy.deepcopy(record)
-        report.user_properties = [
-            *(pair for pair in report.user_properties if pair[0] != PROPERTY),
-            *junit_properties(record),
-        ]
+        if report.when == "teardown":  # the report junitxml writes; the others still feed the status words
+            report.user_properties = [
+                *(pair for pair in report.user_properties if pair[0] != PROPERTY),
+                *junit_properties(record),
+            ]
 
     @pytest.hookimpl
     def pytest_sessionfinish(self, session: pytest.Session) -> None:

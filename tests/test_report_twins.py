@@ -104,3 +104,22 @@ def test_junit_xml_carries_each_audit_id_and_verdict(parity: dict[str, Any]) -> 
         assert set(names) == {"runaudit.audit", "runaudit.subject", "runaudit.gate", "runaudit.verdict"}
         output = parity[workers]["output"]
         assert "record_property" not in output and "xunit2" not in output  # no junit_family warning
+
+
+def test_status_words_survive_and_junit_names_not_run_audits(
+    run_audits: Any, pytester: pytest.Pytester, project: Path
+) -> None:
+    """A live run: every capsule audit is NOT RUN on the terminal, in the JSON and in the JUnit XML."""
+    shutil.copytree(project / "export" / DEMO_RUN_ID, project / "active" / "live")
+    junit = pytester.path / "junit.xml"
+    outcome = run_audits(
+        "live", project, "-m", "custody", "-k", "capsule", f"--junitxml={junit}", report_stem=DEMO_RUN_ID
+    )  # run.json still names the run demo
+    assert outcome.report is not None and outcome.result.ret == 0
+    verdicts = {item["verdict"] for item in outcome.report["verdicts"]}
+    assert verdicts == {"not_run"}
+    outcome.result.stdout.fnmatch_lines([f"*= * deselected, {len(outcome.report['verdicts'])} not run in *"])
+    found, _ = junit_verdicts(junit)
+    assert {verdict for _, _, verdict in found} == {"not_run"} and len(found) == len(
+        outcome.report["verdicts"]
+    )
