@@ -81,7 +81,7 @@ class VerdictReport:
         folder = self.report_dir
         self.written = [
             write_json_atomic(folder / f"{stem}.json", doc),
-            write_bytes_atomic(folder / f"{stem}.html", html.render_run(doc, self.run).encode("utf-8")),
+            write_bytes_atomic(folder / f"{stem}.html", html.render_run(doc).encode("utf-8")),
         ]
 
     @pytest.hookimpl

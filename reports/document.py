@@ -64,22 +64,21 @@ def custody_ok(verdicts: Iterable[Mapping[str, Any]]) -> bool:
     return bool(custody) and all(verdict in CUSTODY_OK for verdict in custody)
 
 
-def teardown(
-    run: Run, verdicts: Sequence[Mapping[str, Any]], receipt: Mapping[str, Any] | None
-) -> dict[str, str]:
+def teardown(doc: Mapping[str, Any]) -> dict[str, str]:
     """The answer to "safe to tear the box down?": yes only on held custody audits and a current receipt."""
-    if run.live:
+    if doc["origin"] == "active":
         return {
             "answer": "no",
-            "reason": f"{run.run_id} is live in active/: close it, pull it and verify it first",
+            "reason": f"{doc['run_id']} is live in active/: close it, pull it and verify it first",
         }
-    custody = [item for item in verdicts if item["gate_class"] == "custody"]
+    custody = [item for item in doc["verdicts"] if item["gate_class"] == "custody"]
     if not custody:
         return {"answer": "no", "reason": "no custody audit ran (pytest --run=<id> -m custody)"}
     broken = sorted({item["audit"] for item in custody if item["verdict"] not in CUSTODY_OK})
     if broken:
         shown = ", ".join(broken[:5]) + (f", ... ({len(broken)} in all)" if len(broken) > 5 else "")
         return {"answer": "no", "reason": f"{len(broken)} custody audit(s) did not hold: {shown}"}
+    receipt = doc.get("receipt")
     if receipt is None:
         return {
             "answer": "not yet",
@@ -91,6 +90,15 @@ def teardown(
         "answer": "yes",
         "reason": f"every custody audit held and receipt {receipt['pull_id']} binds the current manifest",
     }
+
+
+def derive(doc: dict[str, Any]) -> dict[str, Any]:
+    """Set what follows from the verdicts (summary, custody_ok, teardown): at build, and after a merge."""
+    counts = Counter(item["verdict"] for item in doc["verdicts"])
+    doc["summary"] = {verdict.value: counts.get(verdict.value, 0) for verdict in Verdict}
+    doc["custody_ok"] = custody_ok(doc["verdicts"])
+    doc["teardown"] = teardown(doc)
+    return doc
 
 
 def reproduce_line(invocation_dir: Path, args: Sequence[str]) -> str:
@@ -122,11 +130,8 @@ def build(
     invocation_dir: Path,
     strict: bool,
 ) -> dict[str, Any]:
-    verdicts = sorted(map(_verdict, records), key=lambda item: (item["audit"], item["subject"]))
-    counts = Counter(item["verdict"] for item in verdicts)
-    receipt = binding_receipt(run)
     headlines, headline_problems = facts.headline_metrics(run)
-    return {
+    doc = {
         "schema_version": SCHEMA_VERSION,
         "run_id": run.run_id,
         "root": str(run.root),
@@ -140,12 +145,10 @@ def build(
         "strict": strict,
         "environment": environment(),
         "run_context": facts.run_context(run),
-        "verdicts": verdicts,
-        "summary": {verdict.value: counts.get(verdict.value, 0) for verdict in Verdict},
-        "custody_ok": custody_ok(verdicts),
-        "receipt": receipt,
-        "teardown": teardown(run, verdicts, receipt),
+        "verdicts": sorted(map(_verdict, records), key=lambda item: (item["audit"], item["subject"])),
+        "receipt": binding_receipt(run),
         "tests": facts.declared_tests(run),
         "headlines": headlines,
         "headline_problems": headline_problems,
     }
+    return derive(doc)

@@ -19,6 +19,7 @@ from runaudit.reports.history import History, read_history
 
 MAX_PANELS = 4
 FLAGGED = frozenset({"disclosed", "failed", "error"})
+UNMEASURED = frozenset({"not_run", "not_applicable"})
 
 
 @dataclass(frozen=True)
@@ -62,8 +63,13 @@ def _name(item: Mapping[str, Any]) -> str:
     return f"{item['audit']}[{item['subject']}]" if item["subject"] else item["audit"]
 
 
-def _not_run_notes(items: Sequence[Mapping[str, Any]]) -> list[str]:
-    return [f"{_name(item)} not run: {item['message']}" for item in items if item["verdict"] == "not_run"]
+def _unmeasured_notes(items: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Why an audit of the family measured nothing: its own not-run or not-applicable reason."""
+    return [
+        f"{_name(item)} {item['verdict'].replace('_', ' ')}: {item['message']}"
+        for item in items
+        if item["verdict"] in UNMEASURED
+    ]
 
 
 def _epochs(value: Any) -> tuple[int, ...] | None:
@@ -74,7 +80,7 @@ def _epochs(value: Any) -> tuple[int, ...] | None:
 
 def history_figure(doc: Mapping[str, Any], run_path: Path) -> Figure:
     family = _family(doc["verdicts"], "history.")
-    marks, notes = [], _not_run_notes(family)
+    marks, notes = [], _unmeasured_notes(family)
     for item in family:
         if item["verdict"] not in FLAGGED or "epochs" not in item["evidence"]:
             continue
@@ -116,9 +122,9 @@ def _arms(evidence: Mapping[str, Any]) -> list[tuple[str, list[float], float, fl
 
 def seed_band_figure(doc: Mapping[str, Any]) -> Figure:
     family = _family(doc["verdicts"], "variance.seed_band")
-    bands, notes = [], _not_run_notes(family)
+    bands, notes = [], _unmeasured_notes(family)
     for item in family:
-        if item["verdict"] == "not_run":
+        if item["verdict"] in UNMEASURED:
             continue
         arms = _arms(item["evidence"])
         if arms is None:
@@ -183,9 +189,9 @@ def power_figures(doc: Mapping[str, Any]) -> list[Figure]:
     found = []
     for prefix, title, parse, draw, missing in POWER:
         family = _family(doc["verdicts"], prefix)
-        items, notes = [], _not_run_notes(family)
+        items, notes = [], _unmeasured_notes(family)
         for item in family:
-            if item["verdict"] == "not_run":
+            if item["verdict"] in UNMEASURED:
                 continue  # its reason is already among the notes
             parsed = parse(item)
             if parsed is None:
@@ -201,7 +207,7 @@ def power_figures(doc: Mapping[str, Any]) -> list[Figure]:
 
 
 def _overlap(value: Any) -> dict[str, int] | None:
-    if not isinstance(value, Mapping) or not value:
+    if not isinstance(value, Mapping):
         return None
     counts = {str(pair): count for pair, count in value.items()}
     if not all(
@@ -213,11 +219,13 @@ def _overlap(value: Any) -> dict[str, int] | None:
 
 def leakage_figure(doc: Mapping[str, Any]) -> Figure:
     family = _family(doc["verdicts"], "leakage.")
-    items, notes = [], _not_run_notes(family)
+    items, notes = [], _unmeasured_notes(family)
     for item in family:
-        if "overlap" not in item["evidence"]:
+        if "overlap" not in item["evidence"] or item["verdict"] in UNMEASURED:
             continue
         overlap = _overlap(item["evidence"]["overlap"])
+        if overlap == {}:
+            continue  # the audit compared no split pairs (e.g. only a validation split was checked)
         if overlap is None:
             notes.append(f"{_name(item)}: evidence overlap is not a map of split pairs to counts, not drawn")
             continue

@@ -15,7 +15,6 @@ from importlib import resources
 from typing import Any
 
 from markupsafe import Markup
-from runaudit.fixtures.run import Run
 from runaudit.reports import page
 from runaudit.reports.findings import shown
 
@@ -49,11 +48,9 @@ def _script(name: str) -> tuple[str, str]:
     return text, f"'sha256-{digest}'"
 
 
-def render_run(doc: Mapping[str, Any], run: Run) -> str:
+def render_run(doc: Mapping[str, Any]) -> str:
     """One run's page: the teardown answer, claims, disclosures, figures, every verdict, environment."""
-    return (
-        _environment().get_template("run.html").render(policy=Markup(BASE_POLICY), **page.context(doc, run))
-    )
+    return _environment().get_template("run.html").render(policy=Markup(BASE_POLICY), **page.context(doc))
 
 
 def render_index(model: Mapping[str, Any]) -> str:

@@ -1,4 +1,8 @@
-"""Everything one run's page shows, gathered from the report document and the capsule it describes."""
+"""Everything one run's page shows, gathered from the report document and the capsule it describes.
+
+The capsule is found where the document says (``run_path``, ``root``). A document whose capsule is not
+on this machine (verdicts merged from a box) still renders: its curves and thumbnails say they are absent.
+"""
 
 from __future__ import annotations
 
@@ -6,10 +10,10 @@ import itertools
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from markupsafe import Markup
-from runaudit.fixtures.run import Run
 from runaudit.reports import claims, coverage, figures, findings, visuals
 
 FOLD = 8  # an audit whose subjects all passed shows as one row once it has more subjects than this
@@ -49,7 +53,8 @@ def _figure(figure: figures.Figure) -> figures.Figure:
     return figures.Figure(figure.key, figure.title, figure.status, Markup(figure.svg), figure.notes)
 
 
-def context(doc: Mapping[str, Any], run: Run) -> dict[str, Any]:
+def context(doc: Mapping[str, Any]) -> dict[str, Any]:
+    run_path, root = Path(doc["run_path"]), Path(doc["root"])
     groups = findings.disclosure_groups(doc)
     custody = Counter(item["verdict"] for item in doc["verdicts"] if item["gate_class"] == "custody")
     return {
@@ -59,9 +64,9 @@ def context(doc: Mapping[str, Any], run: Run) -> dict[str, Any]:
         "failures": findings.failures(doc),
         "groups": groups,
         "group_anchors": {group.conclusion: group.anchor for group in groups},
-        "figures": [_figure(figure) for figure in figures.figures(doc, run.path)],
+        "figures": [_figure(figure) for figure in figures.figures(doc, run_path)],
         "matrices": coverage.matrices(doc),
-        "strips": visuals.strips(doc, run.path, run.root),
+        "strips": visuals.strips(doc, run_path, root),
         "verdict_rows": verdict_rows(doc["verdicts"]),
         "where": sorted(Counter(item["where"] for item in doc["verdicts"]).items()),
     }

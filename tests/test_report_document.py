@@ -56,7 +56,7 @@ def test_a_malformed_run_json_still_yields_a_valid_report_and_page(project: Path
         "test/main/metrics.json could not be read (JSONDecodeError): its numbers are not shown"
     ]
     assert doc["tests"][1] == {"test_id": "5", "conditions": [], "roles": [], "selection_id": None, "k": None}
-    page = html.render_run(doc, run)
+    page = html.render_run(doc)
     assert "curves not drawn: train.csv is not readable CSV" in page
     assert "its numbers are not shown" in page
 

@@ -174,7 +174,7 @@ def test_the_visual_strip_embeds_bounded_thumbnails_and_follows_no_link_out(proj
 
 def test_every_value_is_escaped_on_the_page(project: Path) -> None:
     run = demo_run(project)
-    page = html.render_run(build(run, [*custody_records(), *hostile_records()]), run)
+    page = html.render_run(build(run, [*custody_records(), *hostile_records()]))
     assert HOSTILE not in page
     assert "<script" not in page.lower() and "<img src=x" not in page
     assert page.count("&lt;script&gt;window.__pwned=1&lt;/script&gt;") >= 10
@@ -198,3 +198,18 @@ def test_long_runs_of_passed_subjects_fold_but_a_failure_never_hides() -> None:
     folded = [row for row in rows if isinstance(row, page.Folded)]
     assert [(row.audit, len(row.subjects)) for row in folded] == [("manifest.sha256", 20)]
     assert len(rows) == 1 + 20 + 1  # capsule.ids, every manifest.size row, one folded row
+
+
+def test_audits_that_measured_nothing_give_their_reason_not_a_malformed_note(project: Path) -> None:
+    quiet = [
+        record("variance.seed_band", "not_applicable", "run.json declares a single seed", metric="accuracy"),
+        record("variance.mde", "not_applicable", "the group holds one arm", metric="accuracy"),
+        record("leakage.val_split_exists", "passed", "359 validation items", overlap={}),
+    ]
+    run = demo_run(project)
+    drawn = {figure.key: figure for figure in figures.figures(build(run, quiet), run.path)}
+    assert drawn["seed-bands"].notes == (
+        "variance.seed_band not applicable: run.json declares a single seed",
+    )
+    assert drawn["variance-mde"].notes == ("variance.mde not applicable: the group holds one arm",)
+    assert drawn["leakage"].notes == () and drawn["leakage"].svg is None
