@@ -1,20 +1,37 @@
-"""Collect settled verdicts on the xdist controller and write the report once, at session end."""
+"""Collect settled verdicts on the xdist controller and write the report once, at session end.
+
+The verdict record crosses xdist inside ``report.user_properties``. Once collected here, the teardown
+report's record (the one ``--junitxml`` writes as ``<property>`` elements) is swapped for flat
+``runaudit.*`` properties (audit id, subject, gate, verdict): the JUnit twin names every audit and verdict
+without pasting a Python dict into the XML, and without ``record_property`` (which warns under xunit2).
+Setup and call reports keep the record, which the terminal's status words (DISCLOSED, NOT RUN) read.
+"""
 
 from __future__ import annotations
 
 import copy
 import datetime as dt
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 from runaudit.fixtures.plugin import strict_mode
 from runaudit.fixtures.run import Run
-from runaudit.fixtures.verdicts import Verdict, record_of
+from runaudit.fixtures.verdicts import PROPERTY, Verdict, record_of
 from runaudit.reports import document, html
 
 from runaudit.atomic import write_bytes_atomic, write_json_atomic
+
+
+def junit_properties(record: dict[str, Any]) -> list[tuple[str, str]]:
+    """The flat properties a JUnit ``<testcase>`` carries for one audit (the verdict once it is settled)."""
+    fields = {
+        "audit": record["audit"],
+        "subject": record["subject"],
+        "gate": record["gate_class"],
+        "verdict": record["verdict"],
+    }
+    return [(f"{PROPERTY}.{name}", value) for name, value in fields.items() if value is not None]
 
 
 class VerdictReport:
@@ -34,14 +51,19 @@ class VerdictReport:
         chosen = self.config.getoption("runaudit_report_dir")
         return chosen if chosen is not None else self.run.root / "reports"
 
-    @pytest.hookimpl
+    @pytest.hookimpl(tryfirst=True)  # before junitxml reads the properties
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         record = record_of(report)
-        if record is None or record["verdict"] is None:
+        if record is None:
             return
         decisive = report.when == "call" or report.outcome != "passed"
-        if decisive:
+        if decisive and record["verdict"] is not None:
             self.records[report.nodeid] = copy.deepcopy(record)
+        if report.when == "teardown":  # the report junitxml writes; the others still feed the status words
+            report.user_properties = [
+                *(pair for pair in report.user_properties if pair[0] != PROPERTY),
+                *junit_properties(record),
+            ]
 
     @pytest.hookimpl
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
@@ -51,14 +73,15 @@ class VerdictReport:
             self.run,
             self.records.values(),
             started_utc=self.started_utc,
-            command=[Path(sys.argv[0]).name, *self.config.invocation_params.args],
+            args=list(self.config.invocation_params.args),
+            invocation_dir=self.config.invocation_params.dir,
             strict=strict_mode(self.config),
         )
         stem = document.report_stem(self.run.run_id)
         folder = self.report_dir
         self.written = [
             write_json_atomic(folder / f"{stem}.json", doc),
-            write_bytes_atomic(folder / f"{stem}.html", html.render(doc).encode("utf-8")),
+            write_bytes_atomic(folder / f"{stem}.html", html.render_run(doc).encode("utf-8")),
         ]
 
     @pytest.hookimpl

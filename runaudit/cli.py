@@ -31,6 +31,7 @@ VERB_MODULES = (
     "runaudit.runners.down",
     "runaudit.runners.cluster",
     "runaudit.runners.index_splits",
+    "runaudit.reports.index",
 )
 
 

@@ -12,14 +12,12 @@ import argparse
 import json
 import shlex
 import sys
-from collections import Counter
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from runaudit.fixtures.verdicts import Verdict
-from runaudit.reports import html
-from runaudit.reports.document import custody_ok, report_stem
+from runaudit.reports import document, html
+from runaudit.reports.document import report_stem
 from runaudit.runners import RunnerError, existing_dir
 from runaudit.runners.box import Box, add_box_arguments, box_from_args, require_run_id
 from runaudit.runners.remote_close import NOT_INSTALLED, python_on_box
@@ -36,11 +34,8 @@ def merge(local: Mapping[str, Any] | None, remote: Mapping[str, Any], where: str
     base = dict(local) if local is not None else dict(remote)
     kept = [item for item in (local or {}).get("verdicts", []) if item.get("where", "local") != where]
     verdicts = sorted([*kept, *arrived], key=lambda item: (item["audit"], item["subject"], item["where"]))
-    counts = Counter(item["verdict"] for item in verdicts)
     base["verdicts"] = verdicts
-    base["summary"] = {verdict.value: counts.get(verdict.value, 0) for verdict in Verdict}
-    base["custody_ok"] = custody_ok(verdicts)
-    return base
+    return document.derive(base)  # summary, custody_ok and the teardown answer follow the merged verdicts
 
 
 def audit_on_box(
@@ -81,7 +76,7 @@ def write_merged(report_dir: Path, run_id: str, remote: Mapping[str, Any], where
     local = json.loads(target.read_text(encoding="utf-8")) if target.is_file() else None
     merged = merge(local, remote, where)
     write_json_atomic(target, merged)
-    write_bytes_atomic(target.with_suffix(".html"), html.render(merged).encode("utf-8"))
+    write_bytes_atomic(target.with_suffix(".html"), html.render_run(merged).encode("utf-8"))
     return target
 
 

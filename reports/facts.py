@@ -1,0 +1,81 @@
+"""What the report quotes from the run itself: its declared tests and the headline numbers it claims.
+
+Read leniently, never trusted: a broken ``metrics.json`` is the capsule audits' business; here it only
+yields a problem line, so the report still shows every verdict.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+from runaudit.fixtures.ids import is_safe_id
+from runaudit.fixtures.run import Run
+from runaudit.fixtures.verdicts import jsonable
+
+MAX_METRICS_BYTES = 16 * 1024 * 1024
+
+
+def declared_tests(run: Run) -> list[dict[str, Any]]:
+    """Each declared test's coverage axes (conditions × roles) and the size of its fixed selection."""
+    tests = []
+    for test in run.tests:
+        selection = run.selections.get(test.selection_id or "", {})
+        k = selection.get("k")
+        tests.append(
+            {
+                "test_id": test.test_id,
+                "conditions": list(test.conditions),
+                "roles": list(test.roles),
+                "selection_id": test.selection_id,
+                "k": k if isinstance(k, int) and not isinstance(k, bool) else None,
+            }
+        )
+    return tests
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value) if math.isfinite(value) else None
+
+
+def headline_metrics(run: Run) -> tuple[list[dict[str, Any]], list[str]]:
+    """Every ``(test, metric, condition)`` value in the tests' metrics.json, and why any could not be read."""
+    rows: list[dict[str, Any]] = []
+    problems: list[str] = []
+    for test in run.tests:
+        if not test.metrics_apply or not is_safe_id(test.test_id):
+            continue
+        rel = f"{test.folder}/metrics.json"
+        path = run.path / rel
+        try:
+            if path.is_symlink() or path.stat().st_size > MAX_METRICS_BYTES:
+                raise ValueError("not a regular file of sane size")
+            document = json.loads(path.read_bytes())
+        except (OSError, ValueError) as exc:
+            problems.append(f"{rel} could not be read ({type(exc).__name__}): its numbers are not shown")
+            continue
+        listed = document.get("metrics") if isinstance(document, dict) else None
+        for row in listed if isinstance(listed, list) else ():
+            if not isinstance(row, dict) or not isinstance(row.get("metric"), str):
+                continue
+            precision = row.get("precision")
+            rows.append(
+                {
+                    "test_id": test.test_id,
+                    "metric": row["metric"],
+                    "condition_id": str(row.get("condition_id", "")),
+                    "value": _number(row.get("value")),
+                    "precision": precision if isinstance(precision, int) and 0 <= precision <= 12 else None,
+                    "direction": row.get("direction") if isinstance(row.get("direction"), str) else None,
+                }
+            )
+    return rows, problems
+
+
+def run_context(run: Run) -> dict[str, Any]:
+    """Where and from what the run was trained, as run.json declares it (shown beside the audit's own)."""
+    context = {key: jsonable(run.get(key)) for key in ("source", "environment", "training", "seed")}
+    return {key: value if isinstance(value, dict) else None for key, value in context.items()}

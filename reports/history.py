@@ -1,0 +1,91 @@
+"""The training history (``train.csv``) as series to plot, read leniently and bounded in size.
+
+The capsule audits judge the file; the page only draws it. A missing or unreadable file yields the
+reason instead of a plot. Non-finite values stay NaN (a gap in the line); the history audits say why.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+MAX_BYTES = 64 * 1024 * 1024
+MAX_POINTS = 4000  # per series; longer histories are thinned evenly, anomalies are drawn separately
+RECOGNISED = ("train_loss", "grad_norm", "lr", "loss_scale")
+
+
+@dataclass(frozen=True)
+class History:
+    axis: str  # "epoch" when there is one row per epoch, else "step"
+    x: tuple[float, ...]
+    epochs: tuple[int | None, ...]
+    series: dict[str, tuple[float, ...]]
+
+    def positions(self, epochs: list[int]) -> list[tuple[int, float]]:
+        """Row index and x of the last logged row of each listed epoch."""
+        last: dict[int, int] = {}
+        for index, epoch in enumerate(self.epochs):
+            if epoch is not None:
+                last[epoch] = index
+        return [(last[epoch], self.x[last[epoch]]) for epoch in epochs if epoch in last]
+
+
+def _float(cell: str) -> float:
+    try:
+        return float(cell)
+    except ValueError:
+        return math.nan
+
+
+def _int(cell: str) -> int | None:
+    try:
+        return int(cell)
+    except ValueError:
+        return None
+
+
+def _plotted(header: list[str]) -> list[str]:
+    wanted = [name for name in RECOGNISED if name in header]
+    wanted[1:1] = sorted(name for name in header if name.startswith("val_"))
+    return wanted
+
+
+def read_history(run_path: Path) -> History | str:
+    """The plottable columns of ``train.csv``, or one line saying why there is nothing to plot."""
+    path = run_path / "train.csv"
+    if path.is_symlink() or not path.is_file():
+        return "train.csv is absent"
+    if path.stat().st_size > MAX_BYTES:
+        return f"train.csv is larger than {MAX_BYTES // 2**20} MiB: not plotted"
+    try:
+        rows = list(csv.reader(io.StringIO(path.read_bytes().decode("utf-8"))))
+    except (UnicodeDecodeError, csv.Error) as exc:
+        return f"train.csv is not readable CSV ({exc})"
+    if len(rows) < 2 or "epoch" not in rows[0]:
+        return "train.csv has no epoch column or no rows"
+    header, body = rows[0], [row for row in rows[1:] if len(row) == len(rows[0])]
+    columns = _plotted(header)
+    if not columns or not body:
+        return "train.csv has no recognised numeric column to plot"
+    epochs = [_int(row[header.index("epoch")]) for row in body]
+    steps = [_int(row[header.index("step")]) for row in body] if "step" in header else []
+    per_epoch = len(set(epochs)) == len(epochs)
+    axis = "epoch" if per_epoch or not steps else "step"
+    x = [float(value) if value is not None else math.nan for value in (epochs if axis == "epoch" else steps)]
+    stride = max(1, math.ceil(len(body) / MAX_POINTS))
+    keep = sorted({*range(0, len(body), stride), len(body) - 1})
+    series = {}
+    for name in columns:
+        values = [_float(row[header.index(name)]) for row in body]
+        series[name] = tuple(
+            value if math.isfinite(value) else math.nan for value in (values[i] for i in keep)
+        )
+    return History(
+        axis=axis,
+        x=tuple(x[i] for i in keep),
+        epochs=tuple(epochs[i] for i in keep),
+        series=series,
+    )

@@ -1,0 +1,220 @@
+"""The sweep index: every run's report in one folder as a runs × audits matrix (``runaudit report-index``).
+
+It reads the ``<run-id>.json`` reports, never the capsules, so it is cheap for hundreds of runs. A cell
+holds the worst verdict an audit reached over its subjects; an audit a run never ran is an empty cell,
+not a pass. A file that is not a valid ``runaudit.report/1`` document becomes a row saying why (fail
+closed), and the verb then exits 1. The page sorts by any column with one inline script and no server.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import sys
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from runaudit.reports.document import INDEX_STEM, report_stem
+from runaudit.reports.findings import GATE_ORDER
+from runaudit.reports.schema import report_problems
+from runaudit.runners import RunnerError, existing_dir
+
+import runaudit
+from runaudit.atomic import write_bytes_atomic
+
+INDEX_FILE = f"{INDEX_STEM}.html"
+MAX_REPORT_BYTES = 64 * 1024 * 1024
+# Sort rank (worse is higher) and the one-character mark of each verdict; "" is an audit not run at all.
+RANK = {"": 0, "not_applicable": 1, "passed": 2, "disclosed": 3, "not_run": 4, "failed": 5, "error": 6}
+MARK = {
+    "": "",
+    "not_applicable": "·",
+    "passed": "✓",
+    "disclosed": "D",
+    "not_run": "N",
+    "failed": "✗",
+    "error": "E",
+}
+TITLE_CHARS = 160
+
+
+@dataclass(frozen=True)
+class Column:
+    audit: str
+    gate_class: str
+
+    @property
+    def module(self) -> str:
+        return self.audit.split(".", 1)[0]
+
+    @property
+    def check(self) -> str:
+        return self.audit.split(".", 1)[-1]
+
+
+@dataclass(frozen=True)
+class Cell:
+    verdict: str
+    title: str
+
+    @property
+    def rank(self) -> int:
+        return RANK[self.verdict]
+
+    @property
+    def mark(self) -> str:
+        return MARK[self.verdict]
+
+
+@dataclass(frozen=True)
+class Row:
+    run_id: str
+    href: str | None
+    started_utc: str
+    teardown: str
+    counts: Mapping[str, int]
+    cells: Sequence[Cell]
+    problem: str | None = None
+
+    @property
+    def tallies(self) -> tuple[int, int, int]:
+        """Failed (crashes included), disclosed and not-run verdicts: the summary columns."""
+        counts = self.counts
+        return (
+            counts.get("failed", 0) + counts.get("error", 0),
+            counts.get("disclosed", 0),
+            counts.get("not_run", 0),
+        )
+
+
+def read_reports(folder: Path) -> list[tuple[Path, Mapping[str, Any] | None, str | None]]:
+    """Every ``*.json`` in ``folder``: its document, or None and why it cannot be used."""
+    found = []
+    for path in sorted(folder.glob("*.json")):
+        problem, document = None, None
+        if path.is_symlink() or not path.is_file():
+            problem = "not a regular file"
+        elif path.stat().st_size > MAX_REPORT_BYTES:
+            problem = f"larger than {MAX_REPORT_BYTES // 2**20} MiB"
+        else:
+            try:
+                document = json.loads(path.read_bytes())
+            except ValueError as exc:
+                problem = f"not valid JSON ({exc})"
+        if document is not None:
+            problems = report_problems(document, limit=1)
+            if problems:
+                problem, document = f"not a runaudit.report/1 document: {problems[0]}", None
+        found.append((path, document, problem))
+    return found
+
+
+def _columns(documents: Iterable[Mapping[str, Any]]) -> list[Column]:
+    seen: dict[str, str] = {}
+    for document in documents:
+        for item in document["verdicts"]:
+            seen.setdefault(item["audit"], item["gate_class"])
+    order = {gate: index for index, gate in enumerate(GATE_ORDER)}
+    return sorted(
+        (Column(audit, gate) for audit, gate in seen.items()), key=lambda c: (order[c.gate_class], c.audit)
+    )
+
+
+def _cell(audit: str, items: Sequence[Mapping[str, Any]]) -> Cell:
+    """The worst verdict over the audit's subjects; its title spells out the spread and the worst message.
+
+    The row names the run and the column the audit, so the title does not repeat them: at 12k cells
+    every byte of it is paid for in parsing time.
+    """
+    if not items:
+        return Cell("", "not audited in this run")
+    worst = max(items, key=lambda item: RANK[item["verdict"]])
+    counts = Counter(item["verdict"] for item in items)
+    if worst["verdict"] in ("passed", "not_applicable") and len(counts) == 1:
+        return Cell(worst["verdict"], "")
+    title = ", ".join(f"{n} {verdict.replace('_', ' ')}" for verdict, n in sorted(counts.items()))
+    if worst["verdict"] not in ("passed", "not_applicable"):
+        subject = f"[{worst['subject']}] " if worst["subject"] else ""
+        title += f" — {subject}{worst['message']}"
+    return Cell(worst["verdict"], title if len(title) <= TITLE_CHARS else title[: TITLE_CHARS - 1] + "…")
+
+
+def _row(path: Path, document: Mapping[str, Any], columns: Sequence[Column]) -> Row:
+    by_audit: dict[str, list[Mapping[str, Any]]] = defaultdict(list)
+    for item in document["verdicts"]:
+        by_audit[item["audit"]].append(item)
+    page = path.with_name(f"{report_stem(document['run_id'])}.html")
+    return Row(
+        run_id=document["run_id"],
+        href=page.name if page.is_file() else None,
+        started_utc=document["started_utc"],
+        teardown=document["teardown"]["answer"],
+        counts=Counter(item["verdict"] for item in document["verdicts"]),
+        cells=[_cell(column.audit, by_audit.get(column.audit, [])) for column in columns],
+    )
+
+
+def sweep(folder: Path) -> dict[str, Any]:
+    """The index page's model: columns grouped by gate module, one row per report file."""
+    reports = read_reports(folder)
+    documents = [(path, document) for path, document, _ in reports if document is not None]
+    columns = _columns(document for _, document in documents)
+    rows = [_row(path, document, columns) for path, document in documents]
+    broken = [
+        Row(path.name, None, "", "no", {}, [Cell("", "") for _ in columns], problem)
+        for path, document, problem in reports
+        if document is None
+    ]
+    modules = [
+        (module, len(list(group))) for module, group in itertools.groupby(columns, key=lambda c: c.module)
+    ]
+    return {
+        "folder": str(folder),
+        "columns": columns,
+        "modules": modules,
+        "rows": sorted(rows, key=lambda row: row.run_id) + broken,
+        "broken": len(broken),
+        "harness_version": runaudit.__version__,
+    }
+
+
+def write_index(folder: Path, output: Path | None = None) -> tuple[Path, dict[str, Any]]:
+    from runaudit.reports import html  # deferred: jinja2 only when a page is written
+
+    model = sweep(folder)
+    target = output or folder / INDEX_FILE
+    return write_bytes_atomic(target, html.render_index(model).encode("utf-8")), model
+
+
+# -- the verb ---------------------------------------------------------------------------------------
+
+
+def _main(args: argparse.Namespace) -> int:
+    folder = args.report_dir or args.root / "reports"
+    if not folder.is_dir():
+        raise RunnerError(f"no report folder at {folder}: run pytest --run=<id> first, or pass --report-dir")
+    if not any(folder.glob("*.json")):
+        raise RunnerError(f"{folder} holds no <run-id>.json report: run pytest --run=<id> first")
+    target, model = write_index(folder, args.output)
+    for row in model["rows"]:
+        if row.problem:
+            print(f"runaudit report-index: {folder / row.run_id}: {row.problem}", file=sys.stderr)
+    runs = len(model["rows"]) - model["broken"]
+    print(f"runaudit: wrote {target} ({runs} runs × {len(model['columns'])} audits)")
+    return 1 if model["broken"] else 0
+
+
+def add_verb(verbs: argparse._SubParsersAction) -> None:
+    parser = verbs.add_parser(
+        "report-index", help="write index.html: every run's report as a runs × audits matrix"
+    )
+    parser.add_argument("--root", type=existing_dir, default=Path.cwd(), help="project root (default: .)")
+    parser.add_argument(
+        "--report-dir", type=existing_dir, help="where the <run-id>.json reports are (default: ROOT/reports)"
+    )
+    parser.add_argument("--output", type=Path, help="the page to write (default: REPORT_DIR/index.html)")
+    parser.set_defaults(handler=_main)
