@@ -11,6 +11,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 import pytest
+
 from runaudit.fixtures.ids import casefold_collisions, duplicates, is_safe_id
 from runaudit.fixtures.reader import CapsuleReader
 from runaudit.fixtures.run import DeclaredMetric, DeclaredTest, Run

@@ -9,12 +9,15 @@ from collections.abc import Mapping
 from typing import Any
 
 import pytest
+
 from runaudit.fixtures.custody import Custody
 from runaudit.fixtures.reader import CapsuleReader
 from runaudit.fixtures.run import Run
 from runaudit.fixtures.verdicts import AuditRecorder
 
-custody = pytest.mark.custody  # per audit, not per module: resume_state is science, and -m custody must skip it
+custody = (
+    pytest.mark.custody
+)  # per audit, not per module: resume_state is science, and -m custody must skip it
 
 RESUME_PARTS = {
     "optimizer": ("optimizer", "optimizer_state_dict", "optim"),
@@ -69,7 +72,9 @@ def test_safe_load(run: Run, custody: Custody, audit: AuditRecorder, checkpoint:
         audit.fail(f"run {run.run_id}: {inspection}")
     audit.evidence(tensors=inspection.tensors, numel=inspection.numel, unsafe_load=inspection.unsafe_load)
     if inspection.unsafe_load:
-        audit.note(f"{name} loaded with full unpickling because --allow-pickle was given (trusted by the user)")
+        audit.note(
+            f"{name} loaded with full unpickling because --allow-pickle was given (trusted by the user)"
+        )
     else:
         audit.note(f"{name} loads with weights_only=True, memory-mapped")
 
@@ -84,7 +89,9 @@ def test_tensors(run: Run, custody: Custody, audit: AuditRecorder, checkpoint: s
         f"run {run.run_id}: {checkpoint}.pth holds {inspection.tensors} tensor(s) but no weights mapping "
         f"(a state_dict, or one under model/state_dict/model_state_dict/ema); top-level keys {inspection.top_keys[:8]}",
     )
-    audit.note(f"{inspection.tensors} tensors, {inspection.numel} values, weights at {inspection.weights_key or '<root>'}")
+    audit.note(
+        f"{inspection.tensors} tensors, {inspection.numel} values, weights at {inspection.weights_key or '<root>'}"
+    )
 
 
 @custody
@@ -98,7 +105,9 @@ def test_finite(run: Run, custody: Custody, audit: AuditRecorder, checkpoint: st
     )
 
 
-def _train_csv_best(audit: AuditRecorder, capsule: CapsuleReader, metric: str, mode: str) -> tuple[float, list[int]]:
+def _train_csv_best(
+    audit: AuditRecorder, capsule: CapsuleReader, metric: str, mode: str
+) -> tuple[float, list[int]]:
     header, rows = audit.need(capsule.csv_rows, "train.csv")
     column = f"val_{metric}"
     if column not in header or "epoch" not in header:
@@ -128,7 +137,9 @@ def test_selection(
     declared = _declared(run, "best")
     selection = declared.get("selection")
     if not isinstance(selection, Mapping) or selection.get("mode") not in ("max", "min"):
-        audit.not_run("run.json declares no checkpoints.best.selection with a max/min mode (capsule.run_json_schema)")
+        audit.not_run(
+            "run.json declares no checkpoints.best.selection with a max/min mode (capsule.run_json_schema)"
+        )
     meta = inspection.meta
     stored_selection = meta.get("selection") if isinstance(meta.get("selection"), Mapping) else {}
     stored = {
@@ -136,7 +147,9 @@ def test_selection(
         "step": meta.get("step", meta.get("global_step")),
         "value": stored_selection.get("value", meta.get("value", meta.get("best_value"))),
     }
-    audit.evidence(checkpoint=stored, run_json={k: declared.get(k) for k in ("epoch", "step")}, selection=dict(selection))
+    audit.evidence(
+        checkpoint=stored, run_json={k: declared.get(k) for k in ("epoch", "step")}, selection=dict(selection)
+    )
     if stored["epoch"] is None or stored["step"] is None:
         audit.not_run(
             "best.pth carries no epoch/step beside its weights: its lineage cannot be checked "
@@ -144,7 +157,11 @@ def test_selection(
         )
     problems = [
         f"best.pth says {key} {stored[key]}, run.json says {expected}"
-        for key, expected in (("epoch", declared.get("epoch")), ("step", declared.get("step")), ("value", selection.get("value")))
+        for key, expected in (
+            ("epoch", declared.get("epoch")),
+            ("step", declared.get("step")),
+            ("value", selection.get("value")),
+        )
         if stored[key] is not None and not _same(stored[key], expected)
     ]
     best, epochs = _train_csv_best(audit, capsule, str(selection.get("metric")), str(selection["mode"]))
@@ -177,7 +194,9 @@ def test_distinct_last(run: Run, custody: Custody, audit: AuditRecorder, checkpo
     if best.sha256 != last.sha256:
         audit.note("last.pth is a distinct frozen artifact")
         return
-    same_point = all(_declared(run, "best").get(key) == _declared(run, "last").get(key) for key in ("epoch", "step"))
+    same_point = all(
+        _declared(run, "best").get(key) == _declared(run, "last").get(key) for key in ("epoch", "step")
+    )
     audit.require(
         same_point,
         f"run {run.run_id}: last.pth is byte-identical to best.pth, yet run.json places them at different epochs/steps",

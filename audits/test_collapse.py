@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+
 from runaudit.fixtures.adapter import EVAL_BATCH, PREDICT, PROBE_DATA
 from runaudit.fixtures.claims import metric_claims
 from runaudit.fixtures.items import SHUFFLE, MissingColumn, align, keyed_scores, primary_condition

@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import pytest
+
 from runaudit.fixtures.claims import run_claim
 from runaudit.fixtures.reader import CapsuleReader
 from runaudit.fixtures.run import Run

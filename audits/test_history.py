@@ -10,6 +10,7 @@ from collections.abc import Mapping
 
 import numpy as np
 import pytest
+
 from runaudit.fixtures.claims import metric_claims, run_claim
 from runaudit.fixtures.history import History, load_history
 from runaudit.fixtures.reader import CapsuleReader

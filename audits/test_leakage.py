@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+
 from runaudit.fixtures.claims import metric_claims, run_claim
 from runaudit.fixtures.near_duplicates import MAX_RADIUS, find_near_duplicates
 from runaudit.fixtures.reader import CapsuleReader, Unavailable

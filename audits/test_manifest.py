@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from runaudit.fixtures import manifest as manifests
 from runaudit.fixtures.custody import Custody
 from runaudit.fixtures.ids import duplicates, is_safe_id
@@ -28,8 +29,7 @@ def _examples(items: list[Any]) -> str:
 
 def test_present(run: Run, custody: Custody, audit: AuditRecorder) -> None:
     inside = [
-        rel for rel in custody.tree.files
-        if rel.rsplit("/", 1)[-1] in (manifests.MANIFEST, manifests.RECEIPT)
+        rel for rel in custody.tree.files if rel.rsplit("/", 1)[-1] in (manifests.MANIFEST, manifests.RECEIPT)
     ]
     audit.require(
         not inside,
@@ -46,7 +46,9 @@ def test_present(run: Run, custody: Custody, audit: AuditRecorder) -> None:
     audit.evidence(pull_id=manifest.pull_id, manifest=manifest.path, manifest_sha256=manifest.sha256)
     audit.require(manifest.problem is None, f"run {run.run_id}: {manifest.problem}")
     problems = schema_problems("pull", manifest.document)
-    audit.require(not problems, f"run {run.run_id}: {manifest.path}: {_examples(problems)}", problems=problems)
+    audit.require(
+        not problems, f"run {run.run_id}: {manifest.path}: {_examples(problems)}", problems=problems
+    )
     audit.require(
         manifest.document["pull_id"] == manifest.pull_id,
         f"run {run.run_id}: {manifest.path} declares pull_id {manifest.document['pull_id']!r} "
@@ -60,7 +62,10 @@ def test_roster(run: Run, custody: Custody, audit: AuditRecorder) -> None:
     where = f"run {run.run_id}: pull {manifest.pull_id}"
     audit.require(bool(roster), f"{where}: the roster is empty; an empty roster proves nothing")
     unsafe = [name for name in roster if not is_safe_id(name)]
-    audit.require(not unsafe and not duplicates(roster), f"{where}: roster has unsafe or repeated ids {unsafe + duplicates(roster)}")
+    audit.require(
+        not unsafe and not duplicates(roster),
+        f"{where}: roster has unsafe or repeated ids {unsafe + duplicates(roster)}",
+    )
     audit.require(run.run_id in roster, f"{where}: the roster {roster} does not name this run")
     listed_capsules = {str(entry.get("path", "")).split("/", 1)[0] for entry in manifest.entries}
     audit.require(
@@ -104,7 +109,9 @@ def test_path_safety(run: Run, custody: Custody, audit: AuditRecorder) -> None:
     )
 
 
-def _local_file(run: Run, custody: Custody, audit: AuditRecorder, entry: dict[str, Any] | None) -> tuple[str, Path]:
+def _local_file(
+    run: Run, custody: Custody, audit: AuditRecorder, entry: dict[str, Any] | None
+) -> tuple[str, Path]:
     if entry is None:
         custody.require_manifest(audit)
         audit.not_run(f"pull manifest lists no files for run {run.run_id} (reported by manifest.roster)")
@@ -123,10 +130,14 @@ def test_size(run: Run, custody: Custody, audit: AuditRecorder, manifest_file: d
     found = custody.tree.files[rel]
     expected = manifest_file.get("bytes")
     audit.evidence(expected=expected, found=found)
-    audit.require(found == expected, f"run {run.run_id}: {rel} has {found} bytes, the manifest lists {expected}")
+    audit.require(
+        found == expected, f"run {run.run_id}: {rel} has {found} bytes, the manifest lists {expected}"
+    )
 
 
-def test_sha256(run: Run, custody: Custody, audit: AuditRecorder, manifest_file: dict[str, Any] | None) -> None:
+def test_sha256(
+    run: Run, custody: Custody, audit: AuditRecorder, manifest_file: dict[str, Any] | None
+) -> None:
     rel, _ = _local_file(run, custody, audit, manifest_file)
     if custody.tree.files[rel] != manifest_file.get("bytes"):
         audit.not_run(f"{rel} has the wrong size (reported by manifest.size)")

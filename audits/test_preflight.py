@@ -19,6 +19,7 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from runaudit.fixtures import gpu, host
 from runaudit.fixtures.preflight import Place, Preflight, places
 from runaudit.fixtures.run import Run
@@ -54,19 +55,34 @@ def _not_measurable(audit: AuditRecorder, places_: list[Place]) -> list[tuple[Pl
 
 def test_disk_bytes(run: Run, preflight: Preflight, audit: AuditRecorder) -> None:
     measured = _not_measurable(audit, places(run, preflight.profile))
-    audit.evidence(places={
-        place.role: {"path": str(place.path), "measured_at": str(space.measured_at), "free_bytes": space.free_bytes,
-                     "total_bytes": space.total_bytes, "note": place.note}
+    audit.evidence(
+        places={
+            place.role: {
+                "path": str(place.path),
+                "measured_at": str(space.measured_at),
+                "free_bytes": space.free_bytes,
+                "total_bytes": space.total_bytes,
+                "note": place.note,
+            }
+            for place, space in measured
+        }
+    )
+    full = [
+        f"{place.role} {space.measured_at} is {space.used_fraction:.0%} full"
         for place, space in measured
-    })
-    full = [f"{place.role} {space.measured_at} is {space.used_fraction:.0%} full" for place, space in measured
-            if space.used_fraction >= FULL]
-    audit.require(not full, f"run {run.run_id}: {'; '.join(full)} (alarm at {FULL:.0%}): free space before launching")
+        if space.used_fraction >= FULL
+    ]
+    audit.require(
+        not full, f"run {run.run_id}: {'; '.join(full)} (alarm at {FULL:.0%}): free space before launching"
+    )
     need = preflight.budget.disk
     if need is None:
         audit.not_run("no disk budget: pass --budget disk=SIZE (checkpoints x checkpoint size + scratch)")
-    short = [f"{place.role} {space.measured_at} has {space.free_bytes / GiB:.1f} GiB free" for place, space in measured
-             if space.free_bytes < need * MARGIN]
+    short = [
+        f"{place.role} {space.measured_at} has {space.free_bytes / GiB:.1f} GiB free"
+        for place, space in measured
+        if space.free_bytes < need * MARGIN
+    ]
     audit.require(
         not short,
         f"run {run.run_id}: {'; '.join(short)}, the run needs {need / GiB:.1f} GiB plus {MARGIN - 1:.0%} margin",
@@ -77,27 +93,48 @@ def test_disk_bytes(run: Run, preflight: Preflight, audit: AuditRecorder) -> Non
 def test_disk_inodes(run: Run, preflight: Preflight, audit: AuditRecorder) -> None:
     measured = _not_measurable(audit, places(run, preflight.profile))
     cap = preflight.profile.facts["inode_cap"] if preflight.profile else None
-    audit.evidence(profile_inode_cap=cap, places={
-        place.role: {"measured_at": str(space.measured_at), "free_inodes": space.free_inodes,
-                     "total_inodes": space.total_inodes}
+    audit.evidence(
+        profile_inode_cap=cap,
+        places={
+            place.role: {
+                "measured_at": str(space.measured_at),
+                "free_inodes": space.free_inodes,
+                "total_inodes": space.total_inodes,
+            }
+            for place, space in measured
+        },
+    )
+    full = [
+        f"{place.role} {space.measured_at} has {space.inode_used_fraction:.0%} of its inodes used"
         for place, space in measured
-    })
-    full = [f"{place.role} {space.measured_at} has {space.inode_used_fraction:.0%} of its inodes used"
-            for place, space in measured if space.inode_used_fraction >= FULL]
-    audit.require(not full, f"run {run.run_id}: {'; '.join(full)} (alarm at {FULL:.0%}); 'No space left' comes next")
+        if space.inode_used_fraction >= FULL
+    ]
+    audit.require(
+        not full, f"run {run.run_id}: {'; '.join(full)} (alarm at {FULL:.0%}); 'No space left' comes next"
+    )
     need = preflight.budget.files
     if need is None:
         audit.not_run("no file budget: pass --budget files=N (checkpoints + every render + logs)")
-    short = [f"{place.role} {space.measured_at} has {space.free_inodes} free inodes" for place, space in measured
-             if space.total_inodes and space.free_inodes < need * MARGIN]
-    audit.require(not short, f"run {run.run_id}: {'; '.join(short)}, the run creates {need} files plus margin")
+    short = [
+        f"{place.role} {space.measured_at} has {space.free_inodes} free inodes"
+        for place, space in measured
+        if space.total_inodes and space.free_inodes < need * MARGIN
+    ]
+    audit.require(
+        not short, f"run {run.run_id}: {'; '.join(short)}, the run creates {need} files plus margin"
+    )
     audit.note(f"{len(measured)} filesystem(s) have inodes for {need} files")
 
 
 def test_memory_limit(run: Run, preflight: Preflight, audit: AuditRecorder) -> None:
     limit = host.memory_limit()
-    audit.evidence(limit_bytes=limit.limit_bytes, source=limit.source, usage_bytes=limit.usage_bytes,
-                   oom_kills=limit.oom_kills, mem_total_bytes=limit.total_bytes)
+    audit.evidence(
+        limit_bytes=limit.limit_bytes,
+        source=limit.source,
+        usage_bytes=limit.usage_bytes,
+        oom_kills=limit.oom_kills,
+        mem_total_bytes=limit.total_bytes,
+    )
     ceiling = limit.effective_bytes
     where = limit.source if limit.limit_bytes is not None else f"MemTotal; {limit.source} sets no limit"
     if ceiling is None:
@@ -122,7 +159,9 @@ def test_memory_limit(run: Run, preflight: Preflight, audit: AuditRecorder) -> N
 def test_shm(run: Run, preflight: Preflight, audit: AuditRecorder) -> None:
     workers = preflight.budget.workers
     if workers is None:
-        audit.not_run("no worker count: pass --budget workers=N (dataloader workers share tensors via /dev/shm)")
+        audit.not_run(
+            "no worker count: pass --budget workers=N (dataloader workers share tensors via /dev/shm)"
+        )
     if workers == 0:
         audit.note("no dataloader workers: /dev/shm is not used")
         return
@@ -142,7 +181,9 @@ def test_shm(run: Run, preflight: Preflight, audit: AuditRecorder) -> None:
 def test_gpu_health(run: Run, preflight: Preflight, audit: AuditRecorder) -> None:
     expected = preflight.budget.gpus
     if shutil.which("nvidia-smi") is None:
-        audit.require(not expected, f"run {run.run_id}: expects {expected} GPU(s) but nvidia-smi is not installed here")
+        audit.require(
+            not expected, f"run {run.run_id}: expects {expected} GPU(s) but nvidia-smi is not installed here"
+        )
         audit.not_applicable("no NVIDIA GPU on this machine (nvidia-smi is not installed)")
     try:
         gpus, apps, _ = gpu.query()
@@ -151,7 +192,10 @@ def test_gpu_health(run: Run, preflight: Preflight, audit: AuditRecorder) -> Non
     health = gpu.judge(gpus, apps, host.process_states())
     audit.evidence(gpus=health.evidence, warnings=health.warnings)
     if expected:
-        audit.require(len(gpus) >= expected, f"run {run.run_id}: expects {expected} GPU(s), nvidia-smi shows {len(gpus)}")
+        audit.require(
+            len(gpus) >= expected,
+            f"run {run.run_id}: expects {expected} GPU(s), nvidia-smi shows {len(gpus)}",
+        )
     audit.require(not health.problems, f"run {run.run_id}: {'; '.join(health.problems)}")
     audit.note(f"{len(gpus)} GPU(s) healthy" + (f"; {'; '.join(health.warnings)}" if health.warnings else ""))
 
@@ -169,7 +213,13 @@ def test_env_hygiene(run: Run, preflight: Preflight, audit: AuditRecorder) -> No
         problems.append(f"{sys.executable} is not a project environment (venv or conda env)")
     spec = importlib.util.find_spec("torch")
     user_site = site.getusersitepackages()
-    if spec is not None and spec.origin and profile and profile.kind != "workstation" and spec.origin.startswith(user_site):
+    if (
+        spec is not None
+        and spec.origin
+        and profile
+        and profile.kind != "workstation"
+        and spec.origin.startswith(user_site)
+    ):
         problems.append(f"torch comes from the user site {user_site}, shadowing the image's build")
     audit.evidence(executable=sys.executable, prefix=sys.prefix, torch=spec.origin if spec else None)
     if shutil.which("nvidia-smi") is not None and spec is not None:
@@ -183,7 +233,9 @@ def _cuda_problems(audit: AuditRecorder) -> list[str]:
 
     version = subprocess.run(["nvidia-smi"], capture_output=True, text=True, timeout=60).stdout
     driver = host.driver_cuda_version(version)
-    audit.evidence(torch_cuda=torch.version.cuda, driver_cuda=driver, cuda_available=torch.cuda.is_available())
+    audit.evidence(
+        torch_cuda=torch.version.cuda, driver_cuda=driver, cuda_available=torch.cuda.is_available()
+    )
     problems = []
     if torch.version.cuda is None:
         problems.append(f"torch {torch.__version__} is a CPU build on a GPU machine")
@@ -221,7 +273,9 @@ def test_durable_writable(run: Run, preflight: Preflight, audit: AuditRecorder) 
             probe.unlink(missing_ok=True)
     exports = [run.root / "export", run.root / "export" / ".partial"]
     if all(folder.is_dir() for folder in exports) and len({folder.stat().st_dev for folder in exports}) > 1:
-        problems.append("export/.partial and export/ are on different filesystems: closing would not be atomic")
+        problems.append(
+            "export/.partial and export/ are on different filesystems: closing would not be atomic"
+        )
     audit.evidence(durable=[str(place.path) for place in targets])
     audit.require(not problems, f"run {run.run_id}: {'; '.join(problems)}")
     audit.note(f"wrote, read back and removed a probe in {', '.join(str(place.path) for place in targets)}")
@@ -232,16 +286,24 @@ def test_detach_available(run: Run, preflight: Preflight, audit: AuditRecorder) 
     primitive, fallback = detach["primitive"], detach["fallback"]
     audit.evidence(primitive=primitive, fallback=fallback, tmux=shutil.which("tmux"))
     if primitive in ("k8s-job", "kaggle-commit", "onstart"):
-        audit.not_applicable(f"the profile detaches with {primitive}, which the platform runs, not this machine")
+        audit.not_applicable(
+            f"the profile detaches with {primitive}, which the platform runs, not this machine"
+        )
     if primitive == "sbatch":
-        audit.require(shutil.which("sbatch") is not None, f"run {run.run_id}: the profile detaches with sbatch, which is not installed here")
+        audit.require(
+            shutil.which("sbatch") is not None,
+            f"run {run.run_id}: the profile detaches with sbatch, which is not installed here",
+        )
         audit.note("sbatch is available")
         return
     if shutil.which("tmux"):
         audit.note(f"tmux at {shutil.which('tmux')}")
         return
     has_fallback = fallback == "nohup" and shutil.which("setsid") and shutil.which("nohup")
-    audit.require(bool(has_fallback), f"run {run.run_id}: neither tmux nor the profile's fallback ({fallback}) is available")
+    audit.require(
+        bool(has_fallback),
+        f"run {run.run_id}: neither tmux nor the profile's fallback ({fallback}) is available",
+    )
     note = detach.get("note", "")
     audit.disclose(
         f"tmux is missing; runs detach with setsid nohup, which survives an SSH drop only{f' ({note})' if note else ''}",
@@ -256,9 +318,16 @@ def test_profile_stamps(run: Run, preflight: Preflight, audit: AuditRecorder) ->
     today = dt.date.today()
     governing = profile.governing_stamps()
     audit.evidence(
-        profile=profile.name, measured_live=profile.measured_live(),
-        stamps={stamp.fact: {"verified": stamp.verified, "age_months": stamp.age_months(today), "trust": stamp.trust}
-                for stamp in profile.stamps},
+        profile=profile.name,
+        measured_live=profile.measured_live(),
+        stamps={
+            stamp.fact: {
+                "verified": stamp.verified,
+                "age_months": stamp.age_months(today),
+                "trust": stamp.trust,
+            }
+            for stamp in profile.stamps
+        },
     )
     future = [f"{stamp.fact} ({stamp.verified})" for stamp in profile.stamps if stamp.age_months(today) < 0]
     audit.require(not future, f"profile {profile.name}: stamped in the future: {', '.join(future)}")
@@ -271,4 +340,6 @@ def test_profile_stamps(run: Run, preflight: Preflight, audit: AuditRecorder) ->
     if not governing:
         audit.note(f"profile {profile.name} has no billable teardown facts to date")
         return
-    audit.note(f"{len(governing)} governing fact(s) of {profile.name} verified within {STALE_AFTER_MONTHS} months")
+    audit.note(
+        f"{len(governing)} governing fact(s) of {profile.name} verified within {STALE_AFTER_MONTHS} months"
+    )

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from runaudit.fixtures.adapter import (
     CAPSULE,
     EVAL_BATCH,
@@ -260,6 +261,7 @@ def test_loss_floor(adapter: Adapter, audit: AuditRecorder) -> None:
     state = adapter.new_state()
 
     import torch
+
     from runaudit.fixtures import training as probe
 
     model, loss, batch = state.model, adapter.fixture(LOSS), adapter.fixture(TRAIN_BATCH)

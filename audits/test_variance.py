@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+
 from runaudit.fixtures.claims import metric_claims
 from runaudit.fixtures.items import (
     KeyedScores,

@@ -89,7 +89,9 @@ def build_corpus(base: Path, capsules: int, size_mib: int) -> tuple[Path, str]:
             original = torch.load(capsule / f"{role}.pth", weights_only=True)
             meta = {key: value for key, value in original.items() if key not in ("model",)}
             big_checkpoint(capsule / f"{role}.pth", size_mib, meta)
-            run["checkpoints"][role]["sha256"] = hashlib.sha256((capsule / f"{role}.pth").read_bytes()).hexdigest()
+            run["checkpoints"][role]["sha256"] = hashlib.sha256(
+                (capsule / f"{role}.pth").read_bytes()
+            ).hexdigest()
         (capsule / "run.json").write_text(json.dumps(run, indent=2))
         metrics_path = capsule / "test" / "main" / "metrics.json"
         metrics = json.loads(metrics_path.read_text())
@@ -109,7 +111,9 @@ def drop_caches_if_possible() -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--size-mib", type=int, default=300, help="size of each checkpoint")
     parser.add_argument("--capsules", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=3)
@@ -124,15 +128,26 @@ def main() -> None:
     # The corpus is built in a child, so that this process stays small: a child's peak RSS as wait4
     # reports it starts from its parent's at fork.
     subprocess.run(
-        [sys.executable, __file__, "--build-only", "--dir", str(base), "--capsules", str(args.capsules),
-         "--size-mib", str(args.size_mib)],
+        [
+            sys.executable,
+            __file__,
+            "--build-only",
+            "--dir",
+            str(base),
+            "--capsules",
+            str(args.capsules),
+            "--size-mib",
+            str(args.size_mib),
+        ],
         check=True,
     )
     root, pull = base / "corpus", "bench"
     files = sorted(p for p in (root / "export").rglob("*") if p.is_file())
     total = sum(p.stat().st_size for p in files)
-    print(f"corpus: {args.capsules} capsules, {len(files)} files, {total / 2**20:.0f} MiB "
-          f"({2 * args.capsules} checkpoints of {args.size_mib} MiB); cpus={os.cpu_count()}")
+    print(
+        f"corpus: {args.capsules} capsules, {len(files)} files, {total / 2**20:.0f} MiB "
+        f"({2 * args.capsules} checkpoints of {args.size_mib} MiB); cpus={os.cpu_count()}"
+    )
 
     baseline = [sys.executable, "-c", BASELINE, str(root), pull]
     ours = [sys.executable, "-m", "runaudit", "verify", "--root", str(root), "--pull-id", pull]
@@ -149,8 +164,7 @@ def main() -> None:
         print(f"  {name:<28} {wall[name]:8.2f} {rss[name]:12.0f}")
     ratio_wall = wall["runaudit verify"] / wall["baseline"]
     ratio_rss = rss["runaudit verify"] / rss["baseline"]
-    print(f"  ratio runaudit/baseline       {ratio_wall:8.2f} {ratio_rss:12.2f}"
-          "   (targets: <= 0.5, <= 0.5)")
+    print(f"  ratio runaudit/baseline       {ratio_wall:8.2f} {ratio_rss:12.2f}   (targets: <= 0.5, <= 0.5)")
 
     from runaudit.fixtures.hashing import HashCache, hash_files, sha256_file
 
@@ -169,21 +183,29 @@ def main() -> None:
     for _ in range(args.repeats):
         timings["threads"].append(timed(lambda: hash_files(files)))
         timings["one core"].append(timed(one_core))
-        timings["sha256sum -c"].append(timed(lambda: subprocess.run(["sha256sum", "-c", "--quiet", str(check)], check=True)))
+        timings["sha256sum -c"].append(
+            timed(lambda: subprocess.run(["sha256sum", "-c", "--quiet", str(check)], check=True))
+        )
     medians = {name: statistics.median(values) for name, values in timings.items()}
     print(f"\n[multi-file hashing, {total / 2**20:.0f} MiB]  median s   MiB/s")
     for name, seconds in medians.items():
         print(f"  {name:<28} {seconds:8.2f} {total / 2**20 / seconds:8.0f}")
-    print(f"  threads vs one core           {medians['one core'] / medians['threads']:8.2f}x  (target >= 1.6x)")
-    print(f"  threads vs sha256sum -c       {medians['sha256sum -c'] / medians['threads']:8.2f}x  (target >= 4x)")
+    print(
+        f"  threads vs one core           {medians['one core'] / medians['threads']:8.2f}x  (target >= 1.6x)"
+    )
+    print(
+        f"  threads vs sha256sum -c       {medians['sha256sum -c'] / medians['threads']:8.2f}x  (target >= 4x)"
+    )
 
     cache_root = base / "cache-boundary"
     shutil.rmtree(cache_root, ignore_errors=True)
     first = timed(lambda: hash_files(files, cache=HashCache(cache_root)))
     second = [timed(lambda: hash_files(files, cache=HashCache(cache_root))) for _ in range(args.repeats)]
     print("\n[second audit in the same trust boundary]")
-    print(f"  first (fresh) {first:.3f} s, second (stat-keyed cache) {statistics.median(second):.4f} s, "
-          f"ratio {statistics.median(second) / first:.4f}")
+    print(
+        f"  first (fresh) {first:.3f} s, second (stat-keyed cache) {statistics.median(second):.4f} s, "
+        f"ratio {statistics.median(second) / first:.4f}"
+    )
 
 
 if __name__ == "__main__":

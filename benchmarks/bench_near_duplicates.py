@@ -16,6 +16,7 @@ import sys
 import time
 
 import numpy as np
+
 from runaudit.fixtures.hamming import brute_force, neighbours
 from runaudit.fixtures.near_duplicates import MAX_RADIUS, find_near_duplicates
 from runaudit.fixtures.splits import SplitManifest

@@ -28,6 +28,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))  # the Chromium driver the browser tests use
 
 import headless  # noqa: E402
+
 from runaudit.reports import index  # noqa: E402
 
 SIZE_BUDGET = 5 * 1024 * 1024

@@ -48,7 +48,9 @@ def median_seconds(action: Callable[[], object], repeats: int) -> float:
 
 
 def report(name: str, ours: float, baseline: float) -> None:
-    print(f"{name}: runaudit {ours * 1000:.0f} ms, baseline {baseline * 1000:.0f} ms, ratio {baseline / ours:.1f}x")
+    print(
+        f"{name}: runaudit {ours * 1000:.0f} ms, baseline {baseline * 1000:.0f} ms, ratio {baseline / ours:.1f}x"
+    )
 
 
 def main() -> int:
@@ -59,12 +61,13 @@ def main() -> int:
     args = parser.parse_args()
 
     import pytest  # start_sshbox skips (raises) when sshd, rsync or tmux is missing
+    from sshbox import start_sshbox
+
     from runaudit.runners.launch import launch
     from runaudit.runners.manifest import build_manifest
     from runaudit.runners.pull import fetch_manifest, stale_files
     from runaudit.runners.transfer import remote_path, rsync
     from runaudit.runners.watch import watch
-    from sshbox import start_sshbox
 
     with tempfile.TemporaryDirectory(prefix="runaudit-bench-") as scratch:
         base = Path(scratch)
@@ -82,8 +85,10 @@ def main() -> int:
             launch(box, "bench", ["bash", "-c", "echo started; exec sleep 600"], alive_timeout_s=30)
             state = box.run_state("bench")
             ssh = shlex.join(sshbox.endpoint().ssh_argv())
-            patrol = [f"{ssh} 127.0.0.1 {shlex.quote(cmd.format(sock=box.tmux_socket, state=state, root=box_root))}"
-                      for cmd in SEED_PATROL]
+            patrol = [
+                f"{ssh} 127.0.0.1 {shlex.quote(cmd.format(sock=box.tmux_socket, state=state, root=box_root))}"
+                for cmd in SEED_PATROL
+            ]
 
             def seed_watch() -> None:
                 for command in patrol:
@@ -114,8 +119,18 @@ def main() -> int:
 
             def checksum_rsync() -> None:
                 subprocess.run(
-                    ["rsync", "-a", "--checksum", "--partial", "-e", ssh, source, f"{local / 'runs' / 'bench'}/"],
-                    check=True, capture_output=True,
+                    [
+                        "rsync",
+                        "-a",
+                        "--checksum",
+                        "--partial",
+                        "-e",
+                        ssh,
+                        source,
+                        f"{local / 'runs' / 'bench'}/",
+                    ],
+                    check=True,
+                    capture_output=True,
                 )
 
             report(
@@ -125,7 +140,9 @@ def main() -> int:
             )
         finally:
             if box is not None:
-                subprocess.run(["tmux", "-L", box.tmux_socket, "kill-server"], capture_output=True, check=False)
+                subprocess.run(
+                    ["tmux", "-L", box.tmux_socket, "kill-server"], capture_output=True, check=False
+                )
             sshbox.stop()
     return 0
 

@@ -15,12 +15,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from runaudit.atomic import write_bytes_atomic, write_json_atomic
 from runaudit.fixtures.plugin import strict_mode
 from runaudit.fixtures.run import Run
 from runaudit.fixtures.verdicts import PROPERTY, Verdict, record_of
 from runaudit.reports import document, html
-
-from runaudit.atomic import write_bytes_atomic, write_json_atomic
 
 
 def junit_properties(record: dict[str, Any]) -> list[tuple[str, str]]:

@@ -13,12 +13,11 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import runaudit
 from runaudit.fixtures.run import Run
 from runaudit.fixtures.verdicts import Verdict
 from runaudit.reports import facts
 from runaudit.reports.receipt import binding_receipt
-
-import runaudit
 
 SCHEMA_VERSION = "runaudit.report/1"
 CUSTODY_OK = frozenset({Verdict.PASSED, Verdict.NOT_APPLICABLE})

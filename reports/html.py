@@ -15,6 +15,7 @@ from importlib import resources
 from typing import Any
 
 from markupsafe import Markup
+
 from runaudit.reports import page
 from runaudit.reports.findings import shown
 

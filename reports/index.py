@@ -18,13 +18,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import runaudit
+from runaudit.atomic import write_bytes_atomic
 from runaudit.reports.document import INDEX_STEM, report_stem
 from runaudit.reports.findings import GATE_ORDER
 from runaudit.reports.schema import report_problems
 from runaudit.runners import RunnerError, existing_dir
-
-import runaudit
-from runaudit.atomic import write_bytes_atomic
 
 INDEX_FILE = f"{INDEX_STEM}.html"
 MAX_REPORT_BYTES = 64 * 1024 * 1024

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from markupsafe import Markup
+
 from runaudit.reports import claims, coverage, figures, findings, visuals
 
 FOLD = 8  # an audit whose subjects all passed shows as one row once it has more subjects than this

@@ -55,7 +55,9 @@ def require_run_id(run_id: str) -> str:
 def remote_root(value: str) -> PurePosixPath:
     path = PurePosixPath(value)
     if not path.is_absolute() or ".." in path.parts:
-        raise argparse.ArgumentTypeError(f"--remote-root must be an absolute path without '..', given {value!r}")
+        raise argparse.ArgumentTypeError(
+            f"--remote-root must be an absolute path without '..', given {value!r}"
+        )
     return path
 
 
@@ -74,7 +76,9 @@ def add_endpoint_arguments(parser: argparse.ArgumentParser, *, required: bool = 
         help="known_hosts file pinning the box's key (default: the profile's pinned file, else ~/.ssh/known_hosts)",
     )
     group.add_argument("--connect-timeout", type=float, default=15.0, metavar="SECONDS")
-    group.add_argument("--profile", help="platform profile: a name such as autodl or china:gpushare, or a .toml file")
+    group.add_argument(
+        "--profile", help="platform profile: a name such as autodl or china:gpushare, or a .toml file"
+    )
 
 
 def add_box_arguments(parser: argparse.ArgumentParser, *, required: bool = True) -> None:
@@ -88,7 +92,9 @@ def add_box_arguments(parser: argparse.ArgumentParser, *, required: bool = True)
         default=DEFAULT_STATE_DIR,
         help=f"where job state and the environment file live on the box (default: ~/{DEFAULT_STATE_DIR})",
     )
-    group.add_argument("--python", default="", help="interpreter on the box (default: the profile's PY, else python3)")
+    group.add_argument(
+        "--python", default="", help="interpreter on the box (default: the profile's PY, else python3)"
+    )
 
 
 def endpoint_from_args(args: argparse.Namespace, profile: Profile | None) -> Endpoint:

@@ -53,9 +53,23 @@ class Sweep:
         if self.purpose == "launch":
             return " ".join(_templated(part.replace("{root}", str(self.root))) for part in self.command)
         args = [
-            self.python, "-m", "pytest", "-c", "/dev/null", "--rootdir", str(self.root), "-p",
-            "runaudit.fixtures.plugin", "-p", "no:cacheprovider", "-q", "--root", str(self.root),
-            "--report-dir", str(self.root / "reports"), *self.audit_args,
+            self.python,
+            "-m",
+            "pytest",
+            "-c",
+            "/dev/null",
+            "--rootdir",
+            str(self.root),
+            "-p",
+            "runaudit.fixtures.plugin",
+            "-p",
+            "no:cacheprovider",
+            "-q",
+            "--root",
+            str(self.root),
+            "--report-dir",
+            str(self.root / "reports"),
+            *self.audit_args,
         ]
         return f'{shlex.join(args)} --run "$RUN_ID"'
 
@@ -70,7 +84,9 @@ def _check_sweep(sweep: Sweep) -> None:
     if sweep.purpose not in ("launch", "audit"):
         raise ClusterSpecError(f"purpose {sweep.purpose!r}: expected launch or audit")
     if sweep.purpose == "launch" and not sweep.command:
-        raise ClusterSpecError("a launch job needs the training command (after --), with {run_id} where the id goes")
+        raise ClusterSpecError(
+            "a launch job needs the training command (after --), with {run_id} where the id goes"
+        )
     if not sweep.root.is_absolute():
         raise ClusterSpecError(f"--root {sweep.root}: the project root on the cluster must be absolute")
 
@@ -109,7 +125,9 @@ def render_sbatch(sweep: Sweep) -> str:
         directives += [f"--signal=B:TERM@{sweep.signal_lead_s}", "--requeue", "--open-mode=append"]
     header = "#!/bin/bash\n" + f"# runaudit {sweep.purpose} sweep of {len(sweep.roster)} run(s)\n"
     header += "".join(f"#SBATCH {directive}\n" for directive in directives)
-    body = SBATCH_BODY.format(ids=" ".join(shlex.quote(run_id) for run_id in sweep.roster), command=sweep.task_command())
+    body = SBATCH_BODY.format(
+        ids=" ".join(shlex.quote(run_id) for run_id in sweep.roster), command=sweep.task_command()
+    )
     script = header + body
     problems = sbatch_problems(script, sweep)
     if problems:
@@ -125,7 +143,9 @@ def sbatch_problems(script: str, sweep: Sweep) -> list[str]:
         problems.append("CR characters: bash reads $'\\r' (save with LF endings)")
     if lines[0] != "#!/bin/bash":
         problems.append(f"line 1: expected #!/bin/bash, found {lines[0]!r}")
-    first_command = next((i for i, line in enumerate(lines) if line.strip() and not line.startswith("#")), len(lines))
+    first_command = next(
+        (i for i, line in enumerate(lines) if line.strip() and not line.startswith("#")), len(lines)
+    )
     late = [i + 1 for i, line in enumerate(lines) if line.startswith("#SBATCH") and i > first_command]
     if late:
         problems.append(f"line {late[0]}: #SBATCH after the first command is ignored by sbatch")
@@ -138,7 +158,9 @@ def sbatch_problems(script: str, sweep: Sweep) -> list[str]:
     if array is None:
         problems.append(f"--array: expected 0-N[%P], found {directives.get('--array')!r}")
     elif int(array.group(1)) != len(sweep.roster) - 1:
-        problems.append(f"--array: 0-{array.group(1)} covers {int(array.group(1)) + 1} tasks, the roster has {len(sweep.roster)}")
+        problems.append(
+            f"--array: 0-{array.group(1)} covers {int(array.group(1)) + 1} tasks, the roster has {len(sweep.roster)}"
+        )
     if not SLURM_TIME.match(directives.get("--time", "")):
         problems.append(f"--time: expected [D-]HH:MM:SS, found {directives.get('--time')!r}")
     if not directives.get("--job-name"):
@@ -156,7 +178,10 @@ def sbatch_problems(script: str, sweep: Sweep) -> list[str]:
                 f"and a ±60 s jitter, SLURM2), found {directives.get('--signal')!r}"
             )
     ids_line = next((line for line in lines if line.startswith("RUN_IDS=(")), None)
-    if ids_line is None or tuple(shlex.split(ids_line.removeprefix("RUN_IDS=(").removesuffix(")"))) != sweep.roster:
+    if (
+        ids_line is None
+        or tuple(shlex.split(ids_line.removeprefix("RUN_IDS=(").removesuffix(")"))) != sweep.roster
+    ):
         problems.append("RUN_IDS: the array does not list the roster in order")
     if "</dev/null" not in script:
         problems.append("the task command must not read stdin (</dev/null)")
@@ -186,17 +211,25 @@ def render_job(sweep: Sweep) -> dict[str, Any]:
     if not sweep.image:
         raise ClusterSpecError("a Kubernetes job needs --image (pin it by @sha256 digest)")
     if not sweep.pvc:
-        raise ClusterSpecError("a Kubernetes job needs --pvc: the project root must outlive the pod (K8s PVC)")
+        raise ClusterSpecError(
+            "a Kubernetes job needs --pvc: the project root must outlive the pod (K8s PVC)"
+        )
     name = job_name(sweep.name)
     labels = {"app.kubernetes.io/managed-by": "runaudit", "runaudit/purpose": sweep.purpose}
     container: dict[str, Any] = {
         "name": "runaudit",
         "image": sweep.image,
         "command": [
-            "/bin/bash", "-c",
-            K8S_SCRIPT.format(roster=ROSTER_ENV, root=shlex.quote(str(sweep.root)), command=sweep.task_command()),
+            "/bin/bash",
+            "-c",
+            K8S_SCRIPT.format(
+                roster=ROSTER_ENV, root=shlex.quote(str(sweep.root)), command=sweep.task_command()
+            ),
         ],
-        "env": [{"name": ROSTER_ENV, "value": " ".join(sweep.roster)}, {"name": "PYTHONUNBUFFERED", "value": "1"}],
+        "env": [
+            {"name": ROSTER_ENV, "value": " ".join(sweep.roster)},
+            {"name": "PYTHONUNBUFFERED", "value": "1"},
+        ],
         "volumeMounts": [{"name": "project", "mountPath": str(sweep.root)}],
     }
     if sweep.gpus:
@@ -253,7 +286,9 @@ def job_problems(document: Any, sweep: Sweep) -> list[str]:
         problems.append(f"spec.backoffLimit: {backoff!r} is not a non-negative integer")
     pod = _get(document, "spec.template.spec") or {}
     if pod.get("restartPolicy") not in ("Never", "OnFailure"):
-        problems.append(f"spec.template.spec.restartPolicy: {pod.get('restartPolicy')!r}; a Job allows Never or OnFailure (K8S2)")
+        problems.append(
+            f"spec.template.spec.restartPolicy: {pod.get('restartPolicy')!r}; a Job allows Never or OnFailure (K8S2)"
+        )
     containers = pod.get("containers") or []
     if not containers:
         problems.append("spec.template.spec.containers: empty")
@@ -272,7 +307,9 @@ def job_problems(document: Any, sweep: Sweep) -> list[str]:
         if gpu is not None and (not isinstance(gpu, int) or isinstance(gpu, bool) or gpu < 1):
             problems.append(f"{where}.resources.limits.nvidia.com/gpu: {gpu!r} is not a positive integer")
         if sweep.gpus and gpu != sweep.gpus:
-            problems.append(f"{where}.resources.limits.nvidia.com/gpu: {gpu!r}, the sweep asks for {sweep.gpus} (K8S6)")
+            problems.append(
+                f"{where}.resources.limits.nvidia.com/gpu: {gpu!r}, the sweep asks for {sweep.gpus} (K8S6)"
+            )
         for mount in container.get("volumeMounts") or []:
             if mount.get("name") not in volumes:
                 problems.append(f"{where}.volumeMounts: {mount.get('name')!r} is not a volume of the pod")
@@ -280,7 +317,9 @@ def job_problems(document: Any, sweep: Sweep) -> list[str]:
         if env.get(ROSTER_ENV) != " ".join(sweep.roster):
             problems.append(f"{where}.env.{ROSTER_ENV}: does not list the roster in order")
     if not any("persistentVolumeClaim" in volume for volume in volumes.values()):
-        problems.append("spec.template.spec.volumes: no persistentVolumeClaim; the pod's own disk dies with it")
+        problems.append(
+            "spec.template.spec.volumes: no persistentVolumeClaim; the pod's own disk dies with it"
+        )
     return problems
 
 
@@ -314,7 +353,9 @@ def _main(args: argparse.Namespace) -> int:
         sys.stdout.write(rendered)
     else:
         args.out.write_text(rendered, encoding="utf-8")
-        print(f"cluster: wrote the {args.scheduler} {args.purpose} job for {len(sweep.roster)} run(s) to {args.out}")
+        print(
+            f"cluster: wrote the {args.scheduler} {args.purpose} job for {len(sweep.roster)} run(s) to {args.out}"
+        )
     return 0
 
 

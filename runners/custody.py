@@ -174,7 +174,9 @@ def receipt_status(root: Path, run_ids: Iterable[str]) -> ReceiptStatus:
     return ReceiptStatus(not problems, problems)
 
 
-def accept(root: Path, pull_id: str, node: str | None, *, log: Callable[[str], None] = print) -> tuple[Verification, Path | None]:
+def accept(
+    root: Path, pull_id: str, node: str | None, *, log: Callable[[str], None] = print
+) -> tuple[Verification, Path | None]:
     manifest = load_manifest(root, pull_id)
     independent = node or socket.gethostname()
     producer = manifest.document["producer"]["node"]
@@ -185,7 +187,9 @@ def accept(root: Path, pull_id: str, node: str | None, *, log: Callable[[str], N
     verification = verify_pull(root, pull_id, log=log)
     if not verification.ok:
         return verification, None
-    record = _record(verification, ACCEPTANCE_VERSION, independent) | {"producer": manifest.document["producer"]}
+    record = _record(verification, ACCEPTANCE_VERSION, independent) | {
+        "producer": manifest.document["producer"]
+    }
     target = manifest.path.parent / manifests.ACCEPTANCES / f"{independent}.json"
     write_json_atomic(target, record)
     return verification, target
@@ -225,7 +229,10 @@ def _report(verification: Verification) -> int:
 def _verify(args: argparse.Namespace) -> int:
     verification = write_receipt(args.root, args.pull_id, log=lambda line: print(line, file=sys.stderr))
     if not verification.ok:
-        print(f"verify {args.pull_id}: refused, no receipt written ({len(verification.problems)} problem(s))", file=sys.stderr)
+        print(
+            f"verify {args.pull_id}: refused, no receipt written ({len(verification.problems)} problem(s))",
+            file=sys.stderr,
+        )
     return _report(verification)
 
 
@@ -244,18 +251,26 @@ def _accept(args: argparse.Namespace) -> int:
         return 0 if not problems else 1
     if args.root is None or args.pull_id is None:
         raise RunnerError("accept needs --root and --pull-id (or --compare A B)")
-    verification, target = accept(args.root, args.pull_id, args.node, log=lambda line: print(line, file=sys.stderr))
+    verification, target = accept(
+        args.root, args.pull_id, args.node, log=lambda line: print(line, file=sys.stderr)
+    )
     if target is not None:
         print(f"accept {args.pull_id}: accepted on {args.node or socket.gethostname()}; wrote {target}")
     return _report(verification)
 
 
 def add_verb(verbs: argparse._SubParsersAction) -> None:
-    verify = verbs.add_parser("verify", help="run the custody audits on a pull and write PULL_VERIFIED.json if all pass")
-    verify.add_argument("--root", type=existing_dir, required=True, help="project root holding runs/ and _trust/")
+    verify = verbs.add_parser(
+        "verify", help="run the custody audits on a pull and write PULL_VERIFIED.json if all pass"
+    )
+    verify.add_argument(
+        "--root", type=existing_dir, required=True, help="project root holding runs/ and _trust/"
+    )
     verify.add_argument("--pull-id", required=True)
     verify.set_defaults(handler=_verify)
-    acceptance = verbs.add_parser("accept", help="independent acceptance of a pull on a node other than the producer")
+    acceptance = verbs.add_parser(
+        "accept", help="independent acceptance of a pull on a node other than the producer"
+    )
     acceptance.add_argument("--root", type=existing_dir)
     acceptance.add_argument("--pull-id")
     acceptance.add_argument("--node", help="this node's name (default: the host name)")

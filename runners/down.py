@@ -85,9 +85,13 @@ def gate(
             "six months; re-verify it with the provider, then pass --facts-reverified"
         )
     if confirm is None:
-        raise Refused(f"down refused: nothing done; to approve '{meter.verb}' on {target}, re-run with --confirm {target}")
+        raise Refused(
+            f"down refused: nothing done; to approve '{meter.verb}' on {target}, re-run with --confirm {target}"
+        )
     if confirm != target:
-        raise Refused(f"down refused: --confirm {confirm!r} does not name the target {target!r}; nothing done")
+        raise Refused(
+            f"down refused: --confirm {confirm!r} does not name the target {target!r}; nothing done"
+        )
 
 
 def teardown(profile: Profile, target: str, *, say: Callable[[str], None] = print) -> int:
@@ -104,7 +108,9 @@ def teardown(profile: Profile, target: str, *, say: Callable[[str], None] = prin
     try:
         done = subprocess.run(argv, stdin=subprocess.DEVNULL, timeout=300)
     except FileNotFoundError:
-        raise RunnerError(f"down {target}: the teardown command {argv[0]!r} is not installed; nothing was stopped") from None
+        raise RunnerError(
+            f"down {target}: the teardown command {argv[0]!r} is not installed; nothing was stopped"
+        ) from None
     except subprocess.TimeoutExpired:
         raise RunnerError(
             f"down {target}: the teardown command did not answer within 300 s; its effect is unknown, "
@@ -113,7 +119,9 @@ def teardown(profile: Profile, target: str, *, say: Callable[[str], None] = prin
     if done.returncode != 0:
         say(f"down {target}: the teardown command exited {done.returncode}; the meter may still be running")
         return 1
-    say(f"down {target}: the command succeeded; a success reply is not proof: {meter.proof or 'check the console'}")
+    say(
+        f"down {target}: the command succeeded; a success reply is not proof: {meter.proof or 'check the console'}"
+    )
     return 0
 
 
@@ -131,7 +139,13 @@ def _main(args: argparse.Namespace) -> int:
     profile = load_profile(args.profile)
     say = functools.partial(print, file=sys.stderr)
     gate(
-        args.root, _roster(args), profile, args.target, args.confirm, facts_reverified=args.facts_reverified, say=say
+        args.root,
+        _roster(args),
+        profile,
+        args.target,
+        args.confirm,
+        facts_reverified=args.facts_reverified,
+        say=say,
     )
     return teardown(profile, args.target, say=say)
 
@@ -140,14 +154,22 @@ def add_verb(verbs: argparse._SubParsersAction) -> None:
     parser = verbs.add_parser(
         "down", help="the teardown gate: refuses without a receipt for every run and an explicit --confirm"
     )
-    parser.add_argument("--root", type=existing_dir, required=True, help="local project root holding the receipts")
+    parser.add_argument(
+        "--root", type=existing_dir, required=True, help="local project root holding the receipts"
+    )
     roster = parser.add_mutually_exclusive_group(required=True)
     roster.add_argument("--roster", type=Path, help="file: one run id per line (# comments)")
-    roster.add_argument("--run", action="append", default=[], metavar="RUN_ID", help="a roster run (repeatable)")
+    roster.add_argument(
+        "--run", action="append", default=[], metavar="RUN_ID", help="a roster run (repeatable)"
+    )
     parser.add_argument("--profile", required=True, help="the platform profile (e.g. runpod, china:gpushare)")
-    parser.add_argument("--target", required=True, help="what would be stopped: the instance, pod or box name")
+    parser.add_argument(
+        "--target", required=True, help="what would be stopped: the instance, pod or box name"
+    )
     parser.add_argument("--confirm", metavar="TARGET", help="approve the teardown by repeating --target")
     parser.add_argument(
-        "--facts-reverified", action="store_true", help="you re-checked the stale teardown facts with the provider"
+        "--facts-reverified",
+        action="store_true",
+        help="you re-checked the stale teardown facts with the provider",
     )
     parser.set_defaults(handler=_main)

@@ -23,11 +23,10 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
+from runaudit.atomic import write_atomic
 from runaudit.fixtures.ids import is_safe_id
 from runaudit.fixtures.perceptual_hash import phash_file
 from runaudit.runners import RunnerError
-
-from runaudit.atomic import write_atomic
 
 if TYPE_CHECKING:
     import pyarrow

@@ -103,7 +103,9 @@ def env_file_text(values: Mapping[str, str]) -> str:
     return "".join(f"{name}={shlex.quote(value)}\n" for name, value in values.items())
 
 
-def job_script(box: Box, run_id: str, attempt: str, attempt_dir: str, workdir: str, command: Sequence[str]) -> str:
+def job_script(
+    box: Box, run_id: str, attempt: str, attempt_dir: str, workdir: str, command: Sequence[str]
+) -> str:
     hook_setting = box.profile.setting("PROXY_HOOK").value() if box.profile else None
     hook = ""
     if hook_setting:
@@ -156,8 +158,9 @@ def _prepare(remote: Remote, box: Box, run_id: str, attempt: str) -> tuple[str, 
 
 def _start(remote: Remote, box: Box, detach: str, session: str, script: str) -> None:
     if detach == "tmux":
-        command = f"tmux -L {shlex.quote(box.tmux_socket)} new-session -d -s {shlex.quote(session)} " + shlex.quote(
-            f"bash {shlex.quote(script)}"
+        command = (
+            f"tmux -L {shlex.quote(box.tmux_socket)} new-session -d -s {shlex.quote(session)} "
+            + shlex.quote(f"bash {shlex.quote(script)}")
         )
     else:
         command = f"cd / && setsid nohup bash {shlex.quote(script)} </dev/null >/dev/null 2>&1 &"
@@ -176,14 +179,21 @@ def _alive_probe(
         state, reason = classify(signals)
         waited = time.monotonic() - began
         started = int(signals.get("started", "0") or 0)
-        progressed = int(signals.get("log_bytes", "0") or 0) > 0 or int(signals.get("progress_mtime", "0") or 0) >= started
+        progressed = (
+            int(signals.get("log_bytes", "0") or 0) > 0
+            or int(signals.get("progress_mtime", "0") or 0) >= started
+        )
         if state in ("finished", "dead"):
             last = signals.get("log_last", "")
             return state, f"{reason}; last log line: {last}" if last else reason, waited
         if state == "running" and progressed:
             return state, f"{reason}; first output: {signals.get('log_last', '(train.csv written)')}", waited
         if waited >= timeout_s:
-            return "no-progress", f"{reason}, but no output or train.csv write within {timeout_s:.0f} s", waited
+            return (
+                "no-progress",
+                f"{reason}, but no output or train.csv write within {timeout_s:.0f} s",
+                waited,
+            )
         time.sleep(1.0)
 
 
@@ -203,8 +213,15 @@ def launch(
         raise RunnerError("launch: no command given (put it after --)")
     wanted = detach or (box.profile.setting("DETACH").value("tmux") if box.profile else "tmux")
     if wanted not in ("tmux", "nohup"):
-        raise RunnerError(f"launch: detach primitive {wanted!r} is not launched over SSH; use `runaudit cluster` or the platform's own hook")
-    values = {"PYTHONUNBUFFERED": "1", "RUNAUDIT_RUN_ID": run_id, "RUNAUDIT_ROOT": str(box.root), **(env or {})}
+        raise RunnerError(
+            f"launch: detach primitive {wanted!r} is not launched over SSH; use `runaudit cluster` or the platform's own hook"
+        )
+    values = {
+        "PYTHONUNBUFFERED": "1",
+        "RUNAUDIT_RUN_ID": run_id,
+        "RUNAUDIT_ROOT": str(box.root),
+        **(env or {}),
+    }
     attempt = f"{dt.datetime.now(dt.UTC):%Y%m%dT%H%M%SZ}-{secrets.token_hex(3)}"
     session = session_name(run_id)
     with Remote(box.endpoint) as remote:
@@ -212,7 +229,10 @@ def launch(
         attempt_dir, has_tmux = _prepare(remote, box, run_id, attempt)
         used = wanted if has_tmux or wanted == "nohup" else "nohup"
         if used != wanted:
-            print(f"launch {run_id}: tmux is not installed on the box; falling back to setsid nohup", file=sys.stderr)
+            print(
+                f"launch {run_id}: tmux is not installed on the box; falling back to setsid nohup",
+                file=sys.stderr,
+            )
         script = f"{attempt_dir}/job.sh"
         remote.write_file(f"{attempt_dir}/env", env_file_text(values).encode(), mode=0o600)
         remote.write_file(
@@ -249,7 +269,9 @@ def launch(
 def _main(args: argparse.Namespace) -> int:
     command = args.command
     if command[:1] and command[0].startswith("-"):
-        raise RunnerError(f"launch: {command[0]!r} after RUN_ID; options go before it: runaudit launch [options] RUN_ID -- COMMAND")
+        raise RunnerError(
+            f"launch: {command[0]!r} after RUN_ID; options go before it: runaudit launch [options] RUN_ID -- COMMAND"
+        )
     box = box_from_args(args)
     env = environment(args.env, args.env_file, {})
     result = launch(
@@ -287,11 +309,20 @@ def add_verb(verbs: argparse._SubParsersAction) -> None:
         "--env", action="append", default=[], metavar="NAME", help="forward this local variable (by name)"
     )
     parser.add_argument("--env-file", type=Path, help="a local file of NAME=VALUE lines for the job")
-    parser.add_argument("--detach", choices=["tmux", "nohup"], help="default: the profile's DETACH, else tmux")
     parser.add_argument(
-        "--alive-timeout", type=float, default=ALIVE_TIMEOUT_S, metavar="SECONDS",
+        "--detach", choices=["tmux", "nohup"], help="default: the profile's DETACH, else tmux"
+    )
+    parser.add_argument(
+        "--alive-timeout",
+        type=float,
+        default=ALIVE_TIMEOUT_S,
+        metavar="SECONDS",
         help="how long the alive probe waits for first progress (default: %(default)s)",
     )
-    parser.add_argument("--progress-file", default=PROGRESS_FILE, help="default: %(default)s under --remote-root")
-    parser.add_argument("command", nargs=argparse.REMAINDER, help="the command, after RUN_ID (and an optional --)")
+    parser.add_argument(
+        "--progress-file", default=PROGRESS_FILE, help="default: %(default)s under --remote-root"
+    )
+    parser.add_argument(
+        "command", nargs=argparse.REMAINDER, help="the command, after RUN_ID (and an optional --)"
+    )
     parser.set_defaults(handler=_main)

@@ -45,7 +45,12 @@ def parse_roster(text: str, source: str) -> list[str]:
 
 
 def build_manifest(
-    root: Path, roster: list[str], pull_id: str, *, node: str | None = None, log: Callable[[str], None] = print
+    root: Path,
+    roster: list[str],
+    pull_id: str,
+    *,
+    node: str | None = None,
+    log: Callable[[str], None] = print,
 ) -> Path:
     if not is_safe_id(pull_id):
         raise ManifestError(f"pull id {pull_id!r} is not a safe id")
@@ -56,7 +61,9 @@ def build_manifest(
     if not exports.is_dir():
         raise ManifestError(f"{exports} does not exist: no sealed capsules to list")
     present = {
-        entry.name for entry in exports.iterdir() if not entry.name.startswith(".") and entry.name not in IGNORED_IN_EXPORT
+        entry.name
+        for entry in exports.iterdir()
+        if not entry.name.startswith(".") and entry.name not in IGNORED_IN_EXPORT
     }
     missing = [name for name in roster if name not in present]
     unexpected = sorted(present - set(roster))
@@ -70,7 +77,9 @@ def build_manifest(
         if (exports / run_id).is_symlink() or not (exports / run_id).is_dir():
             raise ManifestError(f"{exports / run_id} is not a capsule directory")
         tree = manifests.local_tree(exports, run_id)
-        refused = [f"{rel} (symlink)" for rel in tree.symlinks] + [f"{rel} (special file)" for rel in tree.specials]
+        refused = [f"{rel} (symlink)" for rel in tree.symlinks] + [
+            f"{rel} (special file)" for rel in tree.specials
+        ]
         refused += [f"{rel} (*.tmp residue)" for rel in tree.files if rel.endswith(".tmp")]
         refused += [f"{' / '.join(group)} (case-fold collision)" for group in casefold_collisions(tree.files)]
         if refused:
@@ -87,7 +96,11 @@ def build_manifest(
         "pull_id": pull_id,
         "roster": roster,
         "created_utc": dt.datetime.now(dt.UTC).isoformat(timespec="seconds").replace("+00:00", "Z"),
-        "producer": {"node": node or socket.gethostname(), "tool": "runaudit", "version": runaudit.__version__},
+        "producer": {
+            "node": node or socket.gethostname(),
+            "tool": "runaudit",
+            "version": runaudit.__version__,
+        },
         "hash": "sha256",
         "files": [
             {"path": rel, "bytes": digests[path].size, "sha256": digests[path].sha256}
@@ -112,7 +125,9 @@ def _main(args: argparse.Namespace) -> int:
 
 
 def add_verb(verbs: argparse._SubParsersAction) -> None:
-    parser = verbs.add_parser("manifest", help="write the producer's PULL_MANIFEST.json from an explicit roster")
+    parser = verbs.add_parser(
+        "manifest", help="write the producer's PULL_MANIFEST.json from an explicit roster"
+    )
     parser.add_argument("--root", type=existing_dir, required=True, help="project root on the producer")
     parser.add_argument("--roster", type=Path, required=True, help="file: one run id per line, # comments")
     parser.add_argument("--pull-id", required=True)

@@ -242,9 +242,9 @@ class Profile:
 
     def governing_stamps(self) -> list[Stamp]:
         """Stamps of facts that decide a teardown: the actions', the clocks' and every billing fact."""
-        referenced = {
-            action.fact for action in (self.meter_stop, *self.teardown) if action.fact
-        } | {clock["fact"] for clock in self.danger_clocks if clock.get("fact")}
+        referenced = {action.fact for action in (self.meter_stop, *self.teardown) if action.fact} | {
+            clock["fact"] for clock in self.danger_clocks if clock.get("fact")
+        }
         return [stamp for stamp in self.stamps if stamp.fact in referenced or stamp.governing]
 
     def stale_stamps(self, today: dt.date, months: int = STALE_AFTER_MONTHS) -> list[Stamp]:

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
+from runaudit.atomic import write_bytes_atomic
 from runaudit.fixtures import manifest as manifests
 from runaudit.fixtures.hashing import hash_files, progress_bar
 from runaudit.fixtures.ids import is_safe_id
@@ -27,8 +28,6 @@ from runaudit.runners.box import Box, add_box_arguments, box_from_args
 from runaudit.runners.custody import Verification, write_receipt
 from runaudit.runners.ssh import Remote
 from runaudit.runners.transfer import remote_path, rsync
-
-from runaudit.atomic import write_bytes_atomic
 
 
 @dataclass
@@ -69,7 +68,9 @@ def fetch_manifest(box: Box, root: Path, pull_id: str) -> manifests.ManifestFile
     paths = [str(entry.get("path")) for entry in manifest.entries]
     problems += [problem for path in paths for problem in manifests.path_problems(path)]
     problems += manifests.collection_problems(paths)
-    problems += [f"{path} is outside the roster" for path in paths if path.split("/", 1)[0] not in manifest.roster]
+    problems += [
+        f"{path} is outside the roster" for path in paths if path.split("/", 1)[0] not in manifest.roster
+    ]
     if not manifest.roster:
         problems.append("the roster is empty")
     if problems:
@@ -111,7 +112,9 @@ def referenced_records(runs: Path, roster: list[str]) -> list[str]:
         if not isinstance(declared, dict):
             continue
         selections = declared.get("selections") if isinstance(declared.get("selections"), list) else []
-        wanted |= {f"selections/{item.get('selection_id')}.json" for item in selections if isinstance(item, dict)}
+        wanted |= {
+            f"selections/{item.get('selection_id')}.json" for item in selections if isinstance(item, dict)
+        }
         split = declared.get("split") if isinstance(declared.get("split"), dict) else {}
         wanted.add(f"splits/{split.get('split_id')}.parquet")
     trust = runs.parent / "_trust"
@@ -155,8 +158,11 @@ def pull(
     if records:
         log(f"pull {pull_id}: fetching {len(records)} _trust record(s) the runs bind: {', '.join(records)}")
         rsync(
-            box.endpoint, remote_path(box.endpoint, box.path("_trust") + "/"), f"{root / '_trust'}/",
-            files=records, missing_ok=True,
+            box.endpoint,
+            remote_path(box.endpoint, box.path("_trust") + "/"),
+            f"{root / '_trust'}/",
+            files=records,
+            missing_ok=True,
         )
     result.verification = write_receipt(root, pull_id, log=log)
     return result
@@ -187,7 +193,9 @@ def add_verb(verbs: argparse._SubParsersAction) -> None:
         "pull", help="rsync a pull's capsules home (resumable), then verify them and write the receipt"
     )
     add_box_arguments(parser)
-    parser.add_argument("--root", type=existing_dir, required=True, help="local project root (capsules go to runs/)")
+    parser.add_argument(
+        "--root", type=existing_dir, required=True, help="local project root (capsules go to runs/)"
+    )
     parser.add_argument("--pull-id", required=True)
     parser.add_argument("--bwlimit", type=int, metavar="KBPS", help="cap rsync's bandwidth (KiB/s)")
     parser.set_defaults(handler=_main)

@@ -25,9 +25,29 @@ from runaudit.runners.ssh import Remote
 from runaudit.runners.transfer import remote_path, rsync
 
 EXCLUDES = (
-    ".git", "__pycache__", "*.pyc", ".pytest_cache", ".mypy_cache", ".ruff_cache", ".venv", "venv",
-    "*.egg-info", "build", "dist", ".ipynb_checkpoints", "wandb", "*.pth", "*.pt", "*.ckpt",
-    "*.safetensors", "/active", "/export", "/runs", "/quarantine", "/cache", "/_trust",
+    ".git",
+    "__pycache__",
+    "*.pyc",
+    ".pytest_cache",
+    ".mypy_cache",
+    ".ruff_cache",
+    ".venv",
+    "venv",
+    "*.egg-info",
+    "build",
+    "dist",
+    ".ipynb_checkpoints",
+    "wandb",
+    "*.pth",
+    "*.pt",
+    "*.ckpt",
+    "*.safetensors",
+    "/active",
+    "/export",
+    "/runs",
+    "/quarantine",
+    "/cache",
+    "/_trust",
 )
 PUSH_RECORD = "push.json"
 
@@ -86,7 +106,8 @@ def _check_name(path: Path, relative: PurePosixPath) -> None:
 
 def remote_tree(remote: Remote, destination: str, patterns: tuple[str, ...]) -> Tree:
     listing = remote.run(
-        f"cd {shlex.quote(destination)} && find . -type f -print0 | sort -z | xargs -0 -r sha256sum --", timeout=600
+        f"cd {shlex.quote(destination)} && find . -type f -print0 | sort -z | xargs -0 -r sha256sum --",
+        timeout=600,
     )
     if not listing.ok:
         raise RunnerError(f"push: hashing the pushed tree on the box failed: {listing.tail()}")
@@ -111,11 +132,16 @@ def push(box: Box, source: Path, destination: str, *, patterns: tuple[str, ...] 
     with Remote(box.endpoint) as remote:
         landed = remote_tree(remote, destination, patterns)
         missing = sorted(set(tree.files) - set(landed.files))
-        changed = sorted(name for name in tree.files if name in landed.files and landed.files[name] != tree.files[name])
+        changed = sorted(
+            name for name in tree.files if name in landed.files and landed.files[name] != tree.files[name]
+        )
         extra = sorted(set(landed.files) - set(tree.files))
         if missing or changed or extra:
-            problems = [f"{len(items)} {what} (e.g. {items[0]})" for what, items in
-                        (("missing", missing), ("different", changed), ("extra on the box", extra)) if items]
+            problems = [
+                f"{len(items)} {what} (e.g. {items[0]})"
+                for what, items in (("missing", missing), ("different", changed), ("extra on the box", extra))
+                if items
+            ]
             raise RunnerError(
                 f"push: the tree at {box.endpoint.label}:{destination} differs from {source}: "
                 f"{'; '.join(problems)}; remove stale files or push to a fresh --dest"
@@ -149,9 +175,12 @@ def _main(args: argparse.Namespace) -> int:
 
 def add_verb(verbs: argparse._SubParsersAction) -> None:
     parser = verbs.add_parser("push", help="rsync the project code to the box and prove it landed by hash")
-    parser.add_argument("source", type=Path, nargs="?", default=Path.cwd(), help="project folder (default: .)")
+    parser.add_argument(
+        "source", type=Path, nargs="?", default=Path.cwd(), help="project folder (default: .)"
+    )
     add_box_arguments(parser)
     parser.add_argument("--dest", default="code", help="folder on the box, absolute or under --remote-root")
-    parser.add_argument("--exclude", action="append", default=[], metavar="PATTERN", help="also leave out PATTERN")
+    parser.add_argument(
+        "--exclude", action="append", default=[], metavar="PATTERN", help="also leave out PATTERN"
+    )
     parser.set_defaults(handler=_main)
-

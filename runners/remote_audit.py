@@ -16,14 +16,13 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from runaudit.atomic import write_bytes_atomic, write_json_atomic
 from runaudit.reports import document, html
 from runaudit.reports.document import report_stem
 from runaudit.runners import RunnerError, existing_dir
 from runaudit.runners.box import Box, add_box_arguments, box_from_args, require_run_id
 from runaudit.runners.remote_close import NOT_INSTALLED, python_on_box
 from runaudit.runners.ssh import Remote, transport_failure
-
-from runaudit.atomic import write_bytes_atomic, write_json_atomic
 
 PYTEST_EXITS = {0: "every audit held", 1: "some audits did not hold"}
 
@@ -44,19 +43,35 @@ def audit_on_box(
     """(pytest's exit status, the box's report, pytest's output tail) for the suite run on the box."""
     require_run_id(run_id)
     with Remote(box.endpoint) as remote:
-        made = remote.run("mktemp -d \"${TMPDIR:-/tmp}/runaudit-audit.XXXXXX\"")
+        made = remote.run('mktemp -d "${TMPDIR:-/tmp}/runaudit-audit.XXXXXX"')
         if not made.ok:
             raise RunnerError(f"audit: cannot make a temporary folder on the box: {made.tail()}")
         reports = made.stdout.strip()
         try:
             module_args = [
-                "pytest", "-c", "/dev/null", "--rootdir", str(box.root), "-p", "runaudit.fixtures.plugin",
-                "-p", "no:cacheprovider", "-q", "--run", run_id, "--root", str(box.root),
-                "--report-dir", reports, *pytest_args,
+                "pytest",
+                "-c",
+                "/dev/null",
+                "--rootdir",
+                str(box.root),
+                "-p",
+                "runaudit.fixtures.plugin",
+                "-p",
+                "no:cacheprovider",
+                "-q",
+                "--run",
+                run_id,
+                "--root",
+                str(box.root),
+                "--report-dir",
+                reports,
+                *pytest_args,
             ]
             done = remote.run(python_on_box(box, workdir, module_args), timeout=3600)
             if done.exit_code in NOT_INSTALLED:
-                raise RunnerError(f"audit: pytest did not start on the box ({done.tail()}); pass --workdir or --python")
+                raise RunnerError(
+                    f"audit: pytest did not start on the box ({done.tail()}); pass --workdir or --python"
+                )
             try:
                 document = json.loads(remote.read_file(f"{reports}/{report_stem(run_id)}.json"))
             except FileNotFoundError:
@@ -107,7 +122,9 @@ def add_verb(verbs: argparse._SubParsersAction) -> None:
     parser.add_argument("run_id", metavar="RUN_ID")
     add_box_arguments(parser)
     parser.add_argument("--workdir", help="the pushed code on the box (put on PYTHONPATH)")
-    parser.add_argument("--root", type=existing_dir, default=Path.cwd(), help="local project root (default: .)")
+    parser.add_argument(
+        "--root", type=existing_dir, default=Path.cwd(), help="local project root (default: .)"
+    )
     parser.add_argument("--report-dir", type=Path, help="local report folder (default: <root>/reports)")
     parser.add_argument("pytest_args", nargs=argparse.REMAINDER, help="pytest's own arguments, after RUN_ID")
     parser.set_defaults(handler=_main)

@@ -53,7 +53,9 @@ def _dispatch(local: Callable[[argparse.Namespace], int], args: argparse.Namespa
     result = close_on_box(box, args.run_id, args.workdir)
     sys.stdout.write(result.stdout)
     sys.stderr.write(result.stderr)
-    print(f"close {args.run_id}: ran on {box.endpoint.label}, exit status {result.exit_code}", file=sys.stderr)
+    print(
+        f"close {args.run_id}: ran on {box.endpoint.label}, exit status {result.exit_code}", file=sys.stderr
+    )
     return result.exit_code
 
 

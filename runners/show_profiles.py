@@ -35,7 +35,11 @@ def detail_lines(profile: Profile, today: dt.date) -> list[str]:
         )
     for name in ("DATA_DIR", "DURABLE_DIR", "PROXY_HOOK", "DETACH", "PY"):
         setting = profile.setting(name)
-        shown = "(explicitly none)" if setting.disabled else (setting.raw if setting.raw is not None else "(unset)")
+        shown = (
+            "(explicitly none)"
+            if setting.disabled
+            else (setting.raw if setting.raw is not None else "(unset)")
+        )
         lines.append(f"  {name}: {shown}")
     detach = profile.detach
     lines.append(f"  detach: {detach['primitive']} (fallback {detach['fallback']})")

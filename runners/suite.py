@@ -15,10 +15,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import runaudit
 from runaudit.fixtures.verdicts import AUDITS_DIR
 from runaudit.reports.document import report_stem
-
-import runaudit
 
 HELD = ("passed", "not_applicable")
 
@@ -29,13 +28,33 @@ def run_suite(
     """``pytest --run=capsule --root=root --strict [args] [audits/<modules>]``: (report or None, output)."""
     paths = [str(AUDITS_DIR / name) for name in modules if (AUDITS_DIR / name).is_file()] or [str(AUDITS_DIR)]
     checkout = str(Path(runaudit.__file__).resolve().parent.parent)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [checkout, os.environ.get("PYTHONPATH")]))}
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [checkout, os.environ.get("PYTHONPATH")])),
+    }
     with tempfile.TemporaryDirectory(prefix="runaudit-suite-") as reports:
         command = [
-            sys.executable, "-m", "pytest", "-c", os.devnull, "--rootdir", str(capsule),
-            "-p", "runaudit.fixtures.plugin", "-p", "no:cacheprovider", "-q",
-            "--run", str(capsule), "--root", str(root), "--report-dir", reports, "--strict",
-            *args, *paths,
+            sys.executable,
+            "-m",
+            "pytest",
+            "-c",
+            os.devnull,
+            "--rootdir",
+            str(capsule),
+            "-p",
+            "runaudit.fixtures.plugin",
+            "-p",
+            "no:cacheprovider",
+            "-q",
+            "--run",
+            str(capsule),
+            "--root",
+            str(root),
+            "--report-dir",
+            reports,
+            "--strict",
+            *args,
+            *paths,
         ]
         done = subprocess.run(command, capture_output=True, text=True, env=env, cwd=root)
         output = done.stdout + done.stderr

@@ -37,7 +37,9 @@ def remote_path(endpoint: Endpoint, path: str) -> str:
 def require_rsync() -> str:
     found = shutil.which("rsync")
     if found is None:
-        raise RunnerError("rsync is not installed on this machine; install it (Debian: apt-get install rsync)")
+        raise RunnerError(
+            "rsync is not installed on this machine; install it (Debian: apt-get install rsync)"
+        )
     return found
 
 
@@ -80,9 +82,12 @@ def rsync(
 
 def _run(argv: list[str], progress: IO[str] | None) -> None:
     # stderr goes to a file: a pipe nobody reads while stdout streams could fill and stall rsync.
-    with tempfile.TemporaryFile("w+") as errors, subprocess.Popen(
-        argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=errors, text=True
-    ) as process:
+    with (
+        tempfile.TemporaryFile("w+") as errors,
+        subprocess.Popen(
+            argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=errors, text=True
+        ) as process,
+    ):
         assert process.stdout is not None
         for chunk in iter(lambda: process.stdout.read(256), ""):
             if progress is not None:

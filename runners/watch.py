@@ -113,7 +113,9 @@ def classify(signals: Mapping[str, str], *, stall_after_s: float = STALL_AFTER_S
     started = _int(signals, "started") or now
     if alive in ("yes", "unverified") or (alive is None and exit_code is None and session == "yes"):
         # Only writes made by this attempt count: train.csv from an earlier attempt is history.
-        writes = [value for key in ("log_mtime", "progress_mtime") if (value := _int(signals, key)) is not None]
+        writes = [
+            value for key in ("log_mtime", "progress_mtime") if (value := _int(signals, key)) is not None
+        ]
         age = now - max([value for value in writes if value >= started], default=started)
         what = f"pid {signals['pid']} alive" if "pid" in signals else "starting (tmux session present)"
         if alive == "unverified":
@@ -182,11 +184,15 @@ def add_verb(verbs: argparse._SubParsersAction) -> None:
     parser.add_argument("run_id", metavar="RUN_ID")
     add_box_arguments(parser)
     parser.add_argument(
-        "--stall-after", type=float, default=STALL_AFTER_S, metavar="SECONDS",
+        "--stall-after",
+        type=float,
+        default=STALL_AFTER_S,
+        metavar="SECONDS",
         help="alive but silent this long is 'stalled' (default: %(default)s)",
     )
     parser.add_argument(
-        "--progress-file", default=PROGRESS_FILE,
+        "--progress-file",
+        default=PROGRESS_FILE,
         help="progress file under --remote-root whose writes count as progress (default: %(default)s)",
     )
     parser.add_argument("--json", action="store_true", help="print the status and its signals as JSON")

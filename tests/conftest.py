@@ -57,7 +57,9 @@ class AuditRun:
 
     def verdicts(self, verdict: str) -> set[str]:
         """Audit ids (``gate.check``) that ended with ``verdict``."""
-        return {item["audit"] for item in (self.report or {}).get("verdicts", []) if item["verdict"] == verdict}
+        return {
+            item["audit"] for item in (self.report or {}).get("verdicts", []) if item["verdict"] == verdict
+        }
 
     def find(self, audit: str) -> list[dict[str, Any]]:
         return [item for item in (self.report or {}).get("verdicts", []) if item["audit"] == audit]
@@ -70,9 +72,19 @@ def run_audits(pytester: pytest.Pytester) -> Callable[..., AuditRun]:
     def run(run: str | Path, root: Path, *args: str, report_stem: str | None = None) -> AuditRun:
         reports = pytester.path / "reports"
         result = pytester.runpytest(
-            "-p", "runaudit.fixtures.plugin", "-p", "no:cacheprovider",
-            "-W", "ignore::pytest.PytestAssertRewriteWarning",  # the plugin is already imported here
-            "--run", str(run), "--root", str(root), "--report-dir", str(reports), *args,
+            "-p",
+            "runaudit.fixtures.plugin",
+            "-p",
+            "no:cacheprovider",
+            "-W",
+            "ignore::pytest.PytestAssertRewriteWarning",  # the plugin is already imported here
+            "--run",
+            str(run),
+            "--root",
+            str(root),
+            "--report-dir",
+            str(reports),
+            *args,
         )
         stem = report_stem or Path(str(run)).name
         path = reports / f"{stem}.json"

@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 import yaml
+
 from runaudit.examples.digits import data as digits_data
 
 

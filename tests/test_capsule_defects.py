@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from capsules import DEFECTS, HARDWARE_RUN_ID, Defect, build_hardware_capsule
+
 from runaudit.examples.digits.build import DEMO_RUN_ID
 
 CAPSULE_AUDITS = {

@@ -9,10 +9,10 @@ import shutil
 from pathlib import Path
 
 import pytest
-from runaudit.examples.digits.build import produce
-from runaudit.examples.digits.train import DEFAULT_CONFIG
 
 from runaudit.cli import main
+from runaudit.examples.digits.build import produce
+from runaudit.examples.digits.train import DEFAULT_CONFIG
 
 RUN_ID = "digits-e2"
 

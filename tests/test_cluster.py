@@ -8,6 +8,8 @@ from pathlib import Path, PurePosixPath
 
 import pytest
 import yaml
+
+from runaudit.cli import main
 from runaudit.runners.cluster import (
     ClusterSpecError,
     Sweep,
@@ -17,17 +19,20 @@ from runaudit.runners.cluster import (
     sbatch_problems,
 )
 
-from runaudit.cli import main
-
 ROSTER = ("seed0", "seed1", "seed2")
 TRAIN = ("python", "-m", "runaudit.examples.digits", "produce", "--root", "{root}", "--run-id", "{run_id}")
 
 
 def sweep(purpose: str, **changes: object) -> Sweep:
     values = {
-        "name": "digits-seeds", "roster": ROSTER, "root": PurePosixPath("/scratch/me/proj"), "purpose": purpose,
-        "command": TRAIN if purpose == "launch" else (), "gpus": 1 if purpose == "launch" else 0,
-        "image": "ghcr.io/me/train@sha256:" + "0" * 64, "pvc": "proj-checkpoints",
+        "name": "digits-seeds",
+        "roster": ROSTER,
+        "root": PurePosixPath("/scratch/me/proj"),
+        "purpose": purpose,
+        "command": TRAIN if purpose == "launch" else (),
+        "gpus": 1 if purpose == "launch" else 0,
+        "image": "ghcr.io/me/train@sha256:" + "0" * 64,
+        "pvc": "proj-checkpoints",
     }
     return Sweep(**{**values, **changes})
 
@@ -50,12 +55,16 @@ def test_sbatch_scripts_are_valid_bash_with_one_task_per_run(purpose: str, tmp_p
 def test_the_launch_task_expands_the_run_id_per_array_index(tmp_path: Path) -> None:
     """Run the rendered task body with srun replaced by echo: each index gets its own run id."""
     script = render_sbatch(sweep("launch", command=("echo", "train", "--run-id={run_id}")))
-    body = script.replace("srun --cpus-per-task=\"$SLURM_CPUS_PER_TASK\" ", "")
+    body = script.replace('srun --cpus-per-task="$SLURM_CPUS_PER_TASK" ', "")
     path = tmp_path / "job.sh"
     path.write_text(body)
     for index, run_id in enumerate(ROSTER):
-        done = subprocess.run(["bash", str(path)], capture_output=True, text=True,
-                              env={"SLURM_ARRAY_TASK_ID": str(index), "PATH": "/usr/bin:/bin"})
+        done = subprocess.run(
+            ["bash", str(path)],
+            capture_output=True,
+            text=True,
+            env={"SLURM_ARRAY_TASK_ID": str(index), "PATH": "/usr/bin:/bin"},
+        )
         assert done.returncode == 0 and done.stdout.strip() == f"train --run-id={run_id}"
 
 
@@ -64,8 +73,14 @@ def test_the_launch_task_expands_the_run_id_per_array_index(tmp_path: Path) -> N
     [
         (lambda s: s.replace("#SBATCH --array=0-2", "#SBATCH --array=0-5"), "--array: 0-5 covers 6 tasks"),
         (lambda s: s.replace("#SBATCH --requeue\n", ""), "--requeue: missing"),
-        (lambda s: s.replace("B:TERM@120", "B:TERM@10"), "--signal: expected B:TERM@<seconds> with at least 60"),
-        (lambda s: s.replace("set -euo pipefail\n", "set -euo pipefail\n#SBATCH --mem=8G\n"), "#SBATCH after the first command"),
+        (
+            lambda s: s.replace("B:TERM@120", "B:TERM@10"),
+            "--signal: expected B:TERM@<seconds> with at least 60",
+        ),
+        (
+            lambda s: s.replace("set -euo pipefail\n", "set -euo pipefail\n#SBATCH --mem=8G\n"),
+            "#SBATCH after the first command",
+        ),
         (lambda s: s.replace("\n", "\r\n"), "CR characters"),
         (lambda s: s.replace(" </dev/null", ""), "must not read stdin"),
     ],
@@ -104,10 +119,22 @@ def _break(job: dict, path: str, value: object) -> dict:
 @pytest.mark.parametrize(
     ("path", "value", "problem"),
     [
-        ("spec.template.spec.restartPolicy", "Always", "restartPolicy: 'Always'; a Job allows Never or OnFailure (K8S2)"),
+        (
+            "spec.template.spec.restartPolicy",
+            "Always",
+            "restartPolicy: 'Always'; a Job allows Never or OnFailure (K8S2)",
+        ),
         ("spec.completions", 2, "spec.completions: 2, the roster has 3"),
-        ("spec.template.spec.containers.0.resources", {"requests": {"nvidia.com/gpu": 1}}, "nvidia.com/gpu belongs in limits"),
-        ("spec.template.spec.containers.0.resources", {"limits": {"nvidia.com/gpu": "1"}}, "is not a positive integer"),
+        (
+            "spec.template.spec.containers.0.resources",
+            {"requests": {"nvidia.com/gpu": 1}},
+            "nvidia.com/gpu belongs in limits",
+        ),
+        (
+            "spec.template.spec.containers.0.resources",
+            {"limits": {"nvidia.com/gpu": "1"}},
+            "is not a positive integer",
+        ),
         ("spec.template.spec.volumes", [{"name": "project", "emptyDir": {}}], "no persistentVolumeClaim"),
         ("metadata.name", "Digits_Seeds", "not a DNS-1123 label"),
     ],
@@ -128,12 +155,52 @@ def test_the_cluster_verb_writes_a_checked_job(tmp_path: Path, capsys: pytest.Ca
     roster = tmp_path / "roster.txt"
     roster.write_text("# seeds\nseed0\nseed1\nseed2\n")
     out = tmp_path / "audit.sbatch"
-    assert main(["cluster", "--scheduler", "slurm", "--purpose", "audit", "--roster", str(roster),
-                 "--root", "/scratch/me/proj", "--out", str(out)]) == 0
+    assert (
+        main(
+            [
+                "cluster",
+                "--scheduler",
+                "slurm",
+                "--purpose",
+                "audit",
+                "--roster",
+                str(roster),
+                "--root",
+                "/scratch/me/proj",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     assert "RUN_IDS=(seed0 seed1 seed2)" in out.read_text()
-    assert main(["cluster", "--scheduler", "kubernetes", "--purpose", "launch", "--roster", str(roster),
-                 "--root", "/ckpt/proj", "--gpus", "1",
-                 "--image", "img@sha256:" + "1" * 64, "--pvc", "ckpt", "--", "python", "train.py", "--id", "{run_id}"]) == 0
+    assert (
+        main(
+            [
+                "cluster",
+                "--scheduler",
+                "kubernetes",
+                "--purpose",
+                "launch",
+                "--roster",
+                str(roster),
+                "--root",
+                "/ckpt/proj",
+                "--gpus",
+                "1",
+                "--image",
+                "img@sha256:" + "1" * 64,
+                "--pvc",
+                "ckpt",
+                "--",
+                "python",
+                "train.py",
+                "--id",
+                "{run_id}",
+            ]
+        )
+        == 0
+    )
     container = yaml.safe_load(capsys.readouterr().out)["spec"]["template"]["spec"]["containers"][0]
     assert container["resources"]["limits"]["nvidia.com/gpu"] == 1
     assert 'exec python train.py --id "$RUN_ID" </dev/null' in container["command"][2]

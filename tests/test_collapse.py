@@ -17,10 +17,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
+from science_support import digits, edit_json, verdict
+
 from runaudit.examples.digits.build import produce
 from runaudit.examples.digits.train import DEFAULT_CONFIG
 from runaudit.runners.close import close_run
-from science_support import digits, edit_json, verdict
 
 COLLAPSE = ("-m", "science", "-k", "test_collapse or paired_bootstrap")
 PROBES = ("collapse.output_cosine", "collapse.prediction_histogram", "collapse.trivial_baseline")
@@ -76,8 +77,9 @@ def test_a_collapsed_model_discloses_and_the_healthy_demo_does_not(
 def _add_shuffle_condition(capsule: Path) -> None:
     """Evaluate best.pth on inputs permuted across items (targets kept) as condition ``shuffle``."""
     import torch
-    from runaudit.examples.digits.model import build
     from torch import nn
+
+    from runaudit.examples.digits.model import build
 
     state = torch.load(io.BytesIO((capsule / "best.pth").read_bytes()), weights_only=True)
     model = build(DEFAULT_CONFIG)

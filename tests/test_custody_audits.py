@@ -36,7 +36,9 @@ def _failed(outcome, gate: str) -> set[str]:
     return {audit for audit in outcome.verdicts("failed") if audit.startswith(gate)}
 
 
-def test_the_verified_demo_passes_the_whole_custody_gate(run_audits, project: Path, capsule_dir: Path) -> None:
+def test_the_verified_demo_passes_the_whole_custody_gate(
+    run_audits, project: Path, capsule_dir: Path
+) -> None:
     outcome = run_audits(capsule_dir, project, "-m", "custody")
     assert outcome.result.ret == 0, outcome.result.stdout.str()[-3000:]
     assert outcome.report["custody_ok"] is True
@@ -60,12 +62,16 @@ def test_tampered_byte_of_same_size_fails_sha256(run_audits, capsule_dir: Path, 
     assert bad["subject"] == "train.csv" and "bytes differ" in bad["message"]
 
 
-def test_truncated_file_fails_size_and_leaves_sha256_not_run(run_audits, capsule_dir: Path, project: Path) -> None:
+def test_truncated_file_fails_size_and_leaves_sha256_not_run(
+    run_audits, capsule_dir: Path, project: Path
+) -> None:
     best = capsule_dir / "best.pth"
     best.write_bytes(best.read_bytes()[:1000])
     outcome = run_audits(capsule_dir, project, "-k", "manifest")
     assert _failed(outcome, "manifest.") == {"manifest.size"}
-    assert {i["verdict"] for i in outcome.find("manifest.sha256") if i["subject"] == "best.pth"} == {"not_run"}
+    assert {i["verdict"] for i in outcome.find("manifest.sha256") if i["subject"] == "best.pth"} == {
+        "not_run"
+    }
 
 
 @pytest.mark.parametrize(
@@ -77,13 +83,17 @@ def test_truncated_file_fails_size_and_leaves_sha256_not_run(run_audits, capsule
         pytest.param(lambda capsule: (capsule / "test" / "main" / "extra").mkdir(), id="extra-empty-dir"),
     ],
 )
-def test_roster_lists_missing_and_unexpected_files(run_audits, capsule_dir: Path, project: Path, damage) -> None:
+def test_roster_lists_missing_and_unexpected_files(
+    run_audits, capsule_dir: Path, project: Path, damage
+) -> None:
     damage(capsule_dir)
     outcome = run_audits(capsule_dir, project, "-k", "manifest")
     assert _failed(outcome, "manifest.") == {"manifest.roster"}
 
 
-def test_symlink_pointing_outside_the_root_fails_path_safety(run_audits, capsule_dir: Path, project: Path, tmp_path: Path) -> None:
+def test_symlink_pointing_outside_the_root_fails_path_safety(
+    run_audits, capsule_dir: Path, project: Path, tmp_path: Path
+) -> None:
     outside = tmp_path / "outside.txt"
     outside.write_text("not part of any capsule")
     (capsule_dir / "test" / "main" / "link.txt").symlink_to(outside)
@@ -104,7 +114,8 @@ def test_symlink_pointing_outside_the_root_fails_path_safety(run_audits, capsule
     ids=["dotdot", "absolute", "duplicate", "case-only-duplicate"],
 )
 def test_unsafe_manifest_paths_fail_path_safety(
-    run_audits, project: Path, manifest_path: Path, extra_paths: list[str], expected: str, capsule_dir: Path) -> None:
+    run_audits, project: Path, manifest_path: Path, extra_paths: list[str], expected: str, capsule_dir: Path
+) -> None:
     def add(document: dict[str, Any]) -> None:
         document["files"] += [{"path": path, "bytes": 1, "sha256": "0" * 64} for path in extra_paths]
 
@@ -115,14 +126,18 @@ def test_unsafe_manifest_paths_fail_path_safety(
     assert expected in item["message"]
 
 
-def test_manifest_placed_inside_a_capsule_fails_present(run_audits, capsule_dir: Path, project: Path, manifest_path: Path) -> None:
+def test_manifest_placed_inside_a_capsule_fails_present(
+    run_audits, capsule_dir: Path, project: Path, manifest_path: Path
+) -> None:
     shutil.move(manifest_path, capsule_dir / MANIFEST)
     outcome = run_audits(capsule_dir, project, "-k", "manifest")
     assert _failed(outcome, "manifest.") == {"manifest.present"}
     assert "inside the capsule" in outcome.find("manifest.present")[0]["message"]
 
 
-def test_no_manifest_fails_present_and_dependents_do_not_run(run_audits, project: Path, capsule_dir: Path) -> None:
+def test_no_manifest_fails_present_and_dependents_do_not_run(
+    run_audits, project: Path, capsule_dir: Path
+) -> None:
     shutil.rmtree(project / "_trust" / "pulls")
     outcome = run_audits(capsule_dir, project, "-k", "manifest")
     assert outcome.verdicts("failed") == {"manifest.present"}
@@ -130,14 +145,18 @@ def test_no_manifest_fails_present_and_dependents_do_not_run(run_audits, project
     assert outcome.report["custody_ok"] is False
 
 
-def test_receipt_from_an_older_manifest_is_refused(run_audits, project: Path, manifest_path: Path, capsule_dir: Path) -> None:
+def test_receipt_from_an_older_manifest_is_refused(
+    run_audits, project: Path, manifest_path: Path, capsule_dir: Path
+) -> None:
     _edit_json(manifest_path, lambda document: document.update(created_utc="2026-01-01T00:00:00Z"))
     outcome = run_audits(capsule_dir, project, "-k", "manifest")
     assert _failed(outcome, "manifest.") == {"manifest.receipt"}
     assert "stale" in outcome.find("manifest.receipt")[0]["message"]
 
 
-def test_absent_receipt_is_not_run_never_passed(run_audits, project: Path, manifest_path: Path, capsule_dir: Path) -> None:
+def test_absent_receipt_is_not_run_never_passed(
+    run_audits, project: Path, manifest_path: Path, capsule_dir: Path
+) -> None:
     (manifest_path.parent / RECEIPT).unlink()
     outcome = run_audits(capsule_dir, project, "-k", "manifest")
     assert [item["verdict"] for item in outcome.find("manifest.receipt")] == ["not_run"]
@@ -152,7 +171,10 @@ def test_second_audit_reuses_hashes_until_bytes_change(run_audits, capsule_dir: 
     assert sources(run_audits(capsule_dir, project, "-k", "sha256")) == {"cache"}
     assert sources(run_audits(capsule_dir, project, "-k", "sha256", "--fresh-hashes")) == {"fresh"}
     os.utime(capsule_dir / "train.csv")  # a touch changes the stat key: those bytes are hashed again
-    by_subject = {i["subject"]: i["evidence"]["hashed"] for i in run_audits(capsule_dir, project, "-k", "sha256").find("manifest.sha256")}
+    by_subject = {
+        i["subject"]: i["evidence"]["hashed"]
+        for i in run_audits(capsule_dir, project, "-k", "sha256").find("manifest.sha256")
+    }
     assert by_subject["train.csv"] == "fresh" and by_subject["best.pth"] == "cache"
 
 
@@ -179,14 +201,18 @@ def _best_state(capsule: Path) -> dict[str, Any]:
     return torch.load(capsule / "best.pth", weights_only=True)
 
 
-def test_pickle_payload_is_refused_and_never_runs(run_audits, capsule_dir: Path, project: Path, tmp_path: Path) -> None:
+def test_pickle_payload_is_refused_and_never_runs(
+    run_audits, capsule_dir: Path, project: Path, tmp_path: Path
+) -> None:
     marker = tmp_path / "payload-ran"
     _rebind_best(capsule_dir, {**_best_state(capsule_dir), "extra": _Payload(marker)})
     outcome = run_audits(capsule_dir, project, "-k", "checkpoint")
     assert _failed(outcome, "checkpoint.") == {"checkpoint.safe_load"}
     [item] = [i for i in outcome.find("checkpoint.safe_load") if i["subject"] == "best.pth"]
     assert "weights_only=True" in item["message"] and "--allow-pickle" in item["message"]
-    assert {i["verdict"] for i in outcome.find("checkpoint.finite") if i["subject"] == "best.pth"} == {"not_run"}
+    assert {i["verdict"] for i in outcome.find("checkpoint.finite") if i["subject"] == "best.pth"} == {
+        "not_run"
+    }
     assert not marker.exists()
 
 
@@ -216,7 +242,10 @@ def test_truncated_zip_checkpoint_fails_safe_load(run_audits, capsule_dir: Path,
     best = capsule_dir / "best.pth"
     data = best.read_bytes()[:-4096]
     best.write_bytes(data)
-    _edit_json(capsule_dir / "run.json", lambda run: run["checkpoints"]["best"].update(sha256=hashlib.sha256(data).hexdigest()))
+    _edit_json(
+        capsule_dir / "run.json",
+        lambda run: run["checkpoints"]["best"].update(sha256=hashlib.sha256(data).hexdigest()),
+    )
     outcome = run_audits(capsule_dir, project, "-k", "checkpoint")
     assert _failed(outcome, "checkpoint.") == {"checkpoint.safe_load"}
 
@@ -225,7 +254,10 @@ def test_legacy_non_zip_checkpoint_fails_safe_load(run_audits, capsule_dir: Path
     _rebind_best(capsule_dir, _best_state(capsule_dir), _use_new_zipfile_serialization=False)
     outcome = run_audits(capsule_dir, project, "-k", "checkpoint")
     assert _failed(outcome, "checkpoint.") == {"checkpoint.safe_load"}
-    assert "legacy" in [i for i in outcome.find("checkpoint.safe_load") if i["subject"] == "best.pth"][0]["message"]
+    assert (
+        "legacy"
+        in [i for i in outcome.find("checkpoint.safe_load") if i["subject"] == "best.pth"][0]["message"]
+    )
 
 
 def test_checkpoint_without_tensors_fails_tensors(run_audits, capsule_dir: Path, project: Path) -> None:
@@ -235,22 +267,30 @@ def test_checkpoint_without_tensors_fails_tensors(run_audits, capsule_dir: Path,
     assert "checkpoint.safe_load" not in _failed(outcome, "checkpoint.")
 
 
-def test_best_epoch_disagreeing_with_run_json_fails_selection(run_audits, capsule_dir: Path, project: Path) -> None:
+def test_best_epoch_disagreeing_with_run_json_fails_selection(
+    run_audits, capsule_dir: Path, project: Path
+) -> None:
     state = _best_state(capsule_dir)
     _rebind_best(capsule_dir, {**state, "epoch": state["epoch"] - 1})
     outcome = run_audits(capsule_dir, project, "-k", "checkpoint")
     assert _failed(outcome, "checkpoint.") == {"checkpoint.selection"}
-    assert "epoch" in [i for i in outcome.find("checkpoint.selection") if i["verdict"] == "failed"][0]["message"]
+    assert (
+        "epoch" in [i for i in outcome.find("checkpoint.selection") if i["verdict"] == "failed"][0]["message"]
+    )
 
 
-def test_checkpoint_that_is_not_the_bound_one_fails_safe_load(run_audits, capsule_dir: Path, project: Path) -> None:
+def test_checkpoint_that_is_not_the_bound_one_fails_safe_load(
+    run_audits, capsule_dir: Path, project: Path
+) -> None:
     shutil.copy2(capsule_dir / "last.pth", capsule_dir / "best.pth")
     outcome = run_audits(capsule_dir, project, "-k", "checkpoint")
     assert "checkpoint.safe_load" in _failed(outcome, "checkpoint.")
     assert "not the checkpoint this run declares" in outcome.find("checkpoint.safe_load")[0]["message"]
 
 
-def test_allow_pickle_is_explicit_and_recorded(run_audits, capsule_dir: Path, project: Path, tmp_path: Path) -> None:
+def test_allow_pickle_is_explicit_and_recorded(
+    run_audits, capsule_dir: Path, project: Path, tmp_path: Path
+) -> None:
     marker = tmp_path / "trusted-object-ran"
     _rebind_best(capsule_dir, {**_best_state(capsule_dir), "extra": _Payload(marker)})
     outcome = run_audits(capsule_dir, project, "-k", "safe_load", "--allow-pickle")

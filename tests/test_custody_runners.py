@@ -38,7 +38,16 @@ def _manifest(project: Path, roster: Path, pull_id: str, *extra: str) -> int:
         ("demo\n", lambda export: (export / "demo" / "x.tmp").write_text(""), "*.tmp residue"),
         ("demo\n", lambda export: (export / "demo" / "ln").symlink_to("/etc/passwd"), "symlink"),
     ],
-    ids=["empty", "missing-capsule", "unsafe-id", "duplicate", "case-fold", "unexpected-capsule", "tmp", "symlink"],
+    ids=[
+        "empty",
+        "missing-capsule",
+        "unsafe-id",
+        "duplicate",
+        "case-fold",
+        "unexpected-capsule",
+        "tmp",
+        "symlink",
+    ],
 )
 def test_manifest_refusals(project: Path, tmp_path: Path, capsys, roster_text, damage, expected) -> None:
     if damage is not None:
@@ -57,9 +66,16 @@ def test_manifest_is_complete_sorted_valid_and_immutable(project: Path, tmp_path
     document = json.loads(target.read_text())
     assert schema_problems("pull", document) == []
     paths = [entry["path"] for entry in document["files"]]
-    on_disk = sorted(p.relative_to(project / "export").as_posix() for p in (project / "export" / DEMO_RUN_ID).rglob("*") if p.is_file())
+    on_disk = sorted(
+        p.relative_to(project / "export").as_posix()
+        for p in (project / "export" / DEMO_RUN_ID).rglob("*")
+        if p.is_file()
+    )
     assert paths == sorted(paths) == on_disk
-    assert document["totals"] == {"files": len(paths), "bytes": sum(entry["bytes"] for entry in document["files"])}
+    assert document["totals"] == {
+        "files": len(paths),
+        "bytes": sum(entry["bytes"] for entry in document["files"]),
+    }
     assert document["producer"]["node"] == "box-a"
     assert [p.name for p in target.parent.iterdir()] == [MANIFEST]  # no temp sibling left behind
     capsys.readouterr()
@@ -67,7 +83,9 @@ def test_manifest_is_complete_sorted_valid_and_immutable(project: Path, tmp_path
     assert "immutable" in capsys.readouterr().err
 
 
-def test_verify_writes_a_bound_receipt_then_revokes_it_when_bytes_change(project: Path, tmp_path: Path, capsys) -> None:
+def test_verify_writes_a_bound_receipt_then_revokes_it_when_bytes_change(
+    project: Path, tmp_path: Path, capsys
+) -> None:
     assert _manifest(project, _roster(tmp_path, "demo\n"), "p2") == 0
     assert main(["verify", "--root", str(project), "--pull-id", "p2"]) == 0
     pull = project / "_trust" / "pulls" / "p2"
@@ -102,7 +120,9 @@ def test_receipt_status_fails_closed(project: Path) -> None:
 
 
 def test_independent_acceptance_and_comparison(project: Path, capsys) -> None:
-    producer = json.loads((project / "_trust" / "pulls" / DEMO_RUN_ID / MANIFEST).read_text())["producer"]["node"]
+    producer = json.loads((project / "_trust" / "pulls" / DEMO_RUN_ID / MANIFEST).read_text())["producer"][
+        "node"
+    ]
     assert producer == socket.gethostname()
     assert main(["accept", "--root", str(project), "--pull-id", DEMO_RUN_ID]) == 2
     assert "independent acceptance must run elsewhere" in capsys.readouterr().err

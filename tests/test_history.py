@@ -23,9 +23,10 @@ def bce_with_scaled_targets(epochs: int) -> list[float]:
     Scaling targets to "weight" a loss is a real bug: BCE is bounded below by 0 only for targets in [0, 1].
     """
     import torch
+    from torch import nn
+
     from runaudit.examples.digits.model import build
     from runaudit.examples.digits.train import DEFAULT_CONFIG
-    from torch import nn
 
     torch.manual_seed(0)
     data = digits()

@@ -9,10 +9,10 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 from PIL import Image
-from runaudit.fixtures.perceptual_hash import phash64
 from science_support import digit_png, write_list
 
 from runaudit import cli
+from runaudit.fixtures.perceptual_hash import phash64
 
 
 def _dataset(root: Path, layout: dict[str, range]) -> Path:

@@ -14,10 +14,10 @@ from pathlib import Path
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
-from runaudit.examples.digits.data import stratified_split
 from science_support import bind_split, digit_png, digits, edit_json, verdict, write_list
 
 from runaudit import cli
+from runaudit.examples.digits.data import stratified_split
 
 LEAKAGE = ("-m", "science", "-k", "leakage")
 

@@ -7,10 +7,20 @@ import shutil
 from pathlib import Path
 
 import pytest
+
 from runaudit.runners.profiles import builtin_dir
 
 RUN = "r1"
-FULL_BUDGET = ("--budget", "disk=1M", "--budget", "files=100", "--budget", "memory=64M", "--budget", "workers=2")
+FULL_BUDGET = (
+    "--budget",
+    "disk=1M",
+    "--budget",
+    "files=100",
+    "--budget",
+    "memory=64M",
+    "--budget",
+    "workers=2",
+)
 
 
 @pytest.fixture
@@ -40,12 +50,28 @@ def test_a_roomy_machine_passes_the_budgeted_checks(run_audits, live_project: Pa
     outcome = run_audits(RUN, live_project, "-m", "preflight", *FULL_BUDGET)
     found = verdicts(outcome)
     assert set(found) == {
-        f"preflight.{name}" for name in (
-            "disk_bytes", "disk_inodes", "memory_limit", "shm", "gpu_health", "env_hygiene",
-            "durable_writable", "detach_available", "profile_stamps",
+        f"preflight.{name}"
+        for name in (
+            "disk_bytes",
+            "disk_inodes",
+            "memory_limit",
+            "shm",
+            "gpu_health",
+            "env_hygiene",
+            "durable_writable",
+            "detach_available",
+            "profile_stamps",
         )
     }
-    for name in ("disk_bytes", "disk_inodes", "memory_limit", "shm", "env_hygiene", "durable_writable", "detach_available"):
+    for name in (
+        "disk_bytes",
+        "disk_inodes",
+        "memory_limit",
+        "shm",
+        "env_hygiene",
+        "durable_writable",
+        "detach_available",
+    ):
         assert found[f"preflight.{name}"] == "passed", outcome.find(f"preflight.{name}")
     if shutil.which("nvidia-smi") is None:
         assert found["preflight.gpu_health"] == "not_applicable"
@@ -56,19 +82,45 @@ def test_a_roomy_machine_passes_the_budgeted_checks(run_audits, live_project: Pa
 
 def test_without_a_budget_the_checks_say_not_run_and_name_the_key(run_audits, live_project: Path) -> None:
     outcome = run_audits(RUN, live_project, "-m", "preflight")
-    messages = {item["audit"]: item["message"] for item in outcome.report["verdicts"] if item["verdict"] == "not_run"}
-    assert {"preflight.disk_bytes", "preflight.disk_inodes", "preflight.memory_limit", "preflight.shm"} <= set(messages)
+    messages = {
+        item["audit"]: item["message"] for item in outcome.report["verdicts"] if item["verdict"] == "not_run"
+    }
+    assert {
+        "preflight.disk_bytes",
+        "preflight.disk_inodes",
+        "preflight.memory_limit",
+        "preflight.shm",
+    } <= set(messages)
     assert "--budget disk=" in messages["preflight.disk_bytes"]
     assert "--budget workers=" in messages["preflight.shm"]
 
 
 def test_a_budget_this_machine_cannot_hold_fails_each_check(run_audits, live_project: Path) -> None:
     outcome = run_audits(
-        RUN, live_project, "-m", "preflight", "--budget", "disk=4000T", "--budget", "files=999999999999",
-        "--budget", "memory=900T", "--budget", "workers=8", "--budget", "shm=900T", "--budget", "gpus=1",
+        RUN,
+        live_project,
+        "-m",
+        "preflight",
+        "--budget",
+        "disk=4000T",
+        "--budget",
+        "files=999999999999",
+        "--budget",
+        "memory=900T",
+        "--budget",
+        "workers=8",
+        "--budget",
+        "shm=900T",
+        "--budget",
+        "gpus=1",
     )
     failed = outcome.verdicts("failed")
-    assert {"preflight.disk_bytes", "preflight.disk_inodes", "preflight.memory_limit", "preflight.shm"} <= failed
+    assert {
+        "preflight.disk_bytes",
+        "preflight.disk_inodes",
+        "preflight.memory_limit",
+        "preflight.shm",
+    } <= failed
     if shutil.which("nvidia-smi") is None:
         assert "preflight.gpu_health" in failed  # a run that expects a GPU on a machine without one
     message = outcome.find("preflight.disk_bytes")[0]["message"]
@@ -82,34 +134,67 @@ def test_the_profile_places_the_durable_folder_and_an_empty_override_removes_it(
     profile = profile_file(tmp_path)
     missing = tmp_path / "no-such-mount"
     outcome = run_audits(
-        RUN, live_project, "-m", "preflight", "--profile", str(profile),
-        "--override", f"DATA_DIR={tmp_path}", "--override", f"DURABLE_DIR={missing}", *FULL_BUDGET,
+        RUN,
+        live_project,
+        "-m",
+        "preflight",
+        "--profile",
+        str(profile),
+        "--override",
+        f"DATA_DIR={tmp_path}",
+        "--override",
+        f"DURABLE_DIR={missing}",
+        *FULL_BUDGET,
     )
     item = outcome.find("preflight.durable_writable")[0]
     assert item["verdict"] == "failed" and f"{missing} does not exist" in item["message"]
-    outcome = run_audits(RUN, live_project, "-m", "preflight", "--profile", str(profile), "--override", "DURABLE_DIR=")
+    outcome = run_audits(
+        RUN, live_project, "-m", "preflight", "--profile", str(profile), "--override", "DURABLE_DIR="
+    )
     item = outcome.find("preflight.durable_writable")[0]
     assert item["verdict"] == "not_applicable" and "DURABLE_DIR is explicitly none" in item["message"]
 
 
-def test_stale_governing_facts_fail_and_fresh_ones_pass(run_audits, live_project: Path, tmp_path: Path) -> None:
-    stale = run_audits(RUN, live_project, "-m", "preflight", "--profile", str(profile_file(tmp_path, verified="2001-01")))
+def test_stale_governing_facts_fail_and_fresh_ones_pass(
+    run_audits, live_project: Path, tmp_path: Path
+) -> None:
+    stale = run_audits(
+        RUN, live_project, "-m", "preflight", "--profile", str(profile_file(tmp_path, verified="2001-01"))
+    )
     item = stale.find("preflight.profile_stamps")[0]
     assert item["verdict"] == "failed"
     assert "runpod.teardown.terminate_deletes_volume (2001-01)" in item["message"]
     assert "runpod.other.no_spot_account_gate" not in item["message"]  # not a teardown fact
     this_month = f"{dt.date.today():%Y-%m}"
     fresh = run_audits(
-        RUN, live_project, "-m", "preflight", "--profile", str(profile_file(tmp_path, verified=this_month, name="fresh.toml"))
+        RUN,
+        live_project,
+        "-m",
+        "preflight",
+        "--profile",
+        str(profile_file(tmp_path, verified=this_month, name="fresh.toml")),
     )
     assert fresh.find("preflight.profile_stamps")[0]["verdict"] == "passed"
 
 
-def test_the_profile_interpreter_and_detach_primitive_are_checked(run_audits, live_project: Path, tmp_path: Path) -> None:
+def test_the_profile_interpreter_and_detach_primitive_are_checked(
+    run_audits, live_project: Path, tmp_path: Path
+) -> None:
     profile = profile_file(tmp_path)
-    outcome = run_audits(RUN, live_project, "-m", "preflight", "--profile", str(profile), "--override", "PY=/opt/nowhere/python")
+    outcome = run_audits(
+        RUN,
+        live_project,
+        "-m",
+        "preflight",
+        "--profile",
+        str(profile),
+        "--override",
+        "PY=/opt/nowhere/python",
+    )
     item = outcome.find("preflight.env_hygiene")[0]
-    assert item["verdict"] == "failed" and "the profile's interpreter is /opt/nowhere/python" in item["message"]
+    assert (
+        item["verdict"] == "failed" and "the profile's interpreter is /opt/nowhere/python" in item["message"]
+    )
     if shutil.which("sbatch") is None:
         slurm = run_audits(RUN, live_project, "-m", "preflight", "--profile", "generic-ssh:slurm")
         item = slurm.find("preflight.detach_available")[0]
@@ -125,7 +210,9 @@ def test_the_profile_interpreter_and_detach_primitive_are_checked(run_audits, li
         (("--override", "DATA_DIR=/x"), "--override needs --profile"),
     ],
 )
-def test_bad_preflight_options_are_one_usage_line(run_audits, live_project: Path, args: tuple[str, ...], message: str) -> None:
+def test_bad_preflight_options_are_one_usage_line(
+    run_audits, live_project: Path, args: tuple[str, ...], message: str
+) -> None:
     outcome = run_audits(RUN, live_project, "-m", "preflight", *args)
     assert outcome.result.ret == pytest.ExitCode.USAGE_ERROR
     assert message in outcome.result.stderr.str()

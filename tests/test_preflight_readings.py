@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
+
 from runaudit.fixtures import gpu, host
 
 RECORDED = Path(__file__).parent / "recorded" / "nvidia-smi"
@@ -60,7 +61,9 @@ def test_a_zombie_process_holding_vram_fails() -> None:
     gpus = gpu.parse_csv(recorded("h100-load-query-gpu.csv"))
     apps = gpu.parse_csv(recorded("h100-load-compute-apps.csv"))
     health = gpu.judge(gpus, apps, {**H100_LOAD_PIDS, 11345: "Z"})
-    assert health.problems == ["GPU 0 (NVIDIA H100 80GB HBM3): zombie process 11345 (./gpu_burn) still holds 15690 MiB of VRAM"]
+    assert health.problems == [
+        "GPU 0 (NVIDIA H100 80GB HBM3): zombie process 11345 (./gpu_burn) still holds 15690 MiB of VRAM"
+    ]
 
 
 def test_a_vram_holder_missing_from_the_process_table_fails() -> None:
@@ -74,7 +77,10 @@ def test_vram_held_by_no_listed_process_fails() -> None:
     """The recorded load row (19818 MiB used) read with the idle compute-apps list (nobody listed)."""
     gpus = gpu.parse_csv(recorded("h100-load-query-gpu.csv"))
     health = gpu.judge(gpus, gpu.parse_csv(recorded("h100-idle-compute-apps.csv")), {})
-    assert len(health.problems) == 1 and "19818 MiB of VRAM in use that no listed process accounts for" in health.problems[0]
+    assert (
+        len(health.problems) == 1
+        and "19818 MiB of VRAM in use that no listed process accounts for" in health.problems[0]
+    )
 
 
 def test_an_uncorrectable_ecc_error_and_pending_remaps_fail() -> None:
@@ -89,10 +95,14 @@ def test_an_uncorrectable_ecc_error_and_pending_remaps_fail() -> None:
 
 
 def test_an_active_hardware_slowdown_and_a_hot_crushed_clock_fail() -> None:
-    text = with_cell(recorded("h100-load-query-gpu.csv"), "clocks_event_reasons.hw_thermal_slowdown", "Active")
+    text = with_cell(
+        recorded("h100-load-query-gpu.csv"), "clocks_event_reasons.hw_thermal_slowdown", "Active"
+    )
     text = with_cell(text, "temperature.gpu", "88")
     text = with_cell(text, "clocks.current.sm", "1100 MHz")
-    problems = gpu.judge(gpu.parse_csv(text), gpu.parse_csv(recorded("h100-load-compute-apps.csv")), H100_LOAD_PIDS).problems
+    problems = gpu.judge(
+        gpu.parse_csv(text), gpu.parse_csv(recorded("h100-load-compute-apps.csv")), H100_LOAD_PIDS
+    ).problems
     assert "held down by hw_thermal_slowdown" in problems[0]
     assert "88 °C with the SM clock at 1100 of 1980 MHz" in problems[1]
 
@@ -116,23 +126,31 @@ def _cgroup_tree(tmp_path: Path, cgroup: str, files: dict[str, str]) -> tuple[Pa
 
 
 def test_cgroup_v2_takes_the_tightest_limit_up_the_tree(tmp_path: Path) -> None:
-    proc, root = _cgroup_tree(tmp_path, "0::/job/step\n", {
-        "job/memory.max": "8589934592\n",
-        "job/step/memory.max": "max\n",
-        "job/step/memory.current": "1073741824\n",
-        "job/step/memory.events": "low 0\nhigh 0\nmax 2\noom 1\noom_kill 1\n",
-    })
+    proc, root = _cgroup_tree(
+        tmp_path,
+        "0::/job/step\n",
+        {
+            "job/memory.max": "8589934592\n",
+            "job/step/memory.max": "max\n",
+            "job/step/memory.current": "1073741824\n",
+            "job/step/memory.events": "low 0\nhigh 0\nmax 2\noom 1\noom_kill 1\n",
+        },
+    )
     limit = host.memory_limit(proc, root)
     assert (limit.limit_bytes, limit.usage_bytes, limit.oom_kills) == (8 << 30, 1 << 30, 1)
     assert limit.source.endswith("job/memory.max")
 
 
 def test_cgroup_v1_no_limit_falls_back_to_memtotal(tmp_path: Path) -> None:
-    proc, root = _cgroup_tree(tmp_path, "4:memory:/docker/abc\n0::/\n", {
-        "memory/memory.limit_in_bytes": "9223372036854771712\n",
-        "memory/memory.usage_in_bytes": "2259718144\n",
-        "memory/memory.oom_control": "oom_kill_disable 0\nunder_oom 0\noom_kill 0\n",
-    })
+    proc, root = _cgroup_tree(
+        tmp_path,
+        "4:memory:/docker/abc\n0::/\n",
+        {
+            "memory/memory.limit_in_bytes": "9223372036854771712\n",
+            "memory/memory.usage_in_bytes": "2259718144\n",
+            "memory/memory.oom_control": "oom_kill_disable 0\nunder_oom 0\noom_kill 0\n",
+        },
+    )
     limit = host.memory_limit(proc, root)
     assert limit.limit_bytes is None and limit.effective_bytes == 65536000 * 1024
     assert limit.usage_bytes == 2259718144 and limit.oom_kills == 0

@@ -8,6 +8,8 @@ import tomllib
 from pathlib import Path
 
 import pytest
+
+from runaudit.cli import main
 from runaudit.runners.box import add_box_arguments, endpoint_from_args
 from runaudit.runners.profiles import (
     MEASURE_LIVE,
@@ -18,12 +20,16 @@ from runaudit.runners.profiles import (
     profile_names,
 )
 
-from runaudit.cli import main
-
 PLATFORMS = ("autodl", "runpod", "vastai", "lambda", "paperspace", "china", "generic-ssh", "local")
 FRONTMATTER = (
-    "spot_available", "spot_grace_s", "shared_fs", "inode_cap", "free_egress", "china_mirror_needed",
-    "host_driver_cuda_max", "local_nvme",
+    "spot_available",
+    "spot_grace_s",
+    "shared_fs",
+    "inode_cap",
+    "free_egress",
+    "china_mirror_needed",
+    "host_driver_cuda_max",
+    "local_nvme",
 )
 
 
@@ -53,7 +59,9 @@ def test_members_replace_the_base_values_and_keep_its_stamps() -> None:
     assert gpushare.detach["primitive"] == "tmux"  # inherited from the base
     slurm = load_profile("generic-ssh:slurm")
     assert slurm.kind == "slurm" and slurm.detach["primitive"] == "sbatch"
-    assert {"generic.teardown.provider_manual", "slurm.clock.killwait"} <= {stamp.fact for stamp in slurm.stamps}
+    assert {"generic.teardown.provider_manual", "slurm.clock.killwait"} <= {
+        stamp.fact for stamp in slurm.stamps
+    }
 
 
 def test_an_empty_override_means_none_and_is_never_replaced_by_a_default() -> None:
@@ -72,7 +80,11 @@ def test_host_dependent_values_are_listed_for_live_measurement() -> None:
     generic = load_profile("generic-ssh")
     live = generic.measured_live()
     assert {"facts.inode_cap", "facts.shared_fs", "facts.host_driver_cuda_max"} <= set(live)
-    facts = [field.split(".")[1] for field in live if field.startswith("facts.") and field != "facts.host_driver_cuda_max"]
+    facts = [
+        field.split(".")[1]
+        for field in live
+        if field.startswith("facts.") and field != "facts.host_driver_cuda_max"
+    ]
     assert all(generic.facts[name] in MEASURE_LIVE for name in facts)
     assert "tiers[1].survives_teardown" in live  # the provider volume's fate is host dependent too
 
@@ -98,10 +110,17 @@ def _broken(tmp_path: Path, edit: str, old: str = "", name: str = "broken.toml")
     [
         ('reversible = false\nproof = "poll', 'reversible = "maybe"\nproof = "poll', "meter_stop.reversible"),
         ('spot_available = "yes"', 'spot_avialable = "yes"', "facts.spot_avialable: unknown field"),
-        ('trust = "doc_researched"\nsummary', 'summary', "trust: required field is missing"),
-        ('fact = "runpod.teardown.terminate_deletes_volume"\n\n[[teardown]]',
-         'fact = "runpod.teardown.nowhere"\n\n[[teardown]]', "meter_stop.fact: 'runpod.teardown.nowhere' has no [[stamps]]"),
-        ('deletes = ["container", "volume"]', 'deletes = ["container", "attic"]', "meter_stop.deletes: 'attic' is not a tier"),
+        ('trust = "doc_researched"\nsummary', "summary", "trust: required field is missing"),
+        (
+            'fact = "runpod.teardown.terminate_deletes_volume"\n\n[[teardown]]',
+            'fact = "runpod.teardown.nowhere"\n\n[[teardown]]',
+            "meter_stop.fact: 'runpod.teardown.nowhere' has no [[stamps]]",
+        ),
+        (
+            'deletes = ["container", "volume"]',
+            'deletes = ["container", "attic"]',
+            "meter_stop.deletes: 'attic' is not a tier",
+        ),
         ('verified = "2026-06"', 'verified = "June 2026"', "stamps[0].verified"),
         ('inode_cap = "undocumented"', 'inode_cap = "lots"', "facts.inode_cap"),
     ],
@@ -155,7 +174,9 @@ def test_the_profiles_verb_lists_every_profile_and_shows_one(capsys: pytest.Capt
     assert "danger clock: zero balance" in detail
 
 
-def test_the_profiles_verb_reports_a_broken_file_in_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_the_profiles_verb_reports_a_broken_file_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     path = _broken(tmp_path, 'kind = "spaceship"', 'kind = "ssh-rental"')
     assert main(["profiles", str(path)]) == 2
     err = capsys.readouterr().err.strip()
@@ -166,7 +187,11 @@ def test_a_profile_can_pin_its_own_known_hosts_file(tmp_path: Path) -> None:
     """Host keys come from --known-hosts, else the profile's pinned file, else ~/.ssh/known_hosts."""
     text = (builtin_dir() / "lambda.toml").read_text(encoding="utf-8")
     path = tmp_path / "pinned.toml"
-    path.write_text(text.replace('trust = "doc_researched"\n', 'trust = "doc_researched"\nknown_hosts = "pins/known_hosts"\n', 1))
+    path.write_text(
+        text.replace(
+            'trust = "doc_researched"\n', 'trust = "doc_researched"\nknown_hosts = "pins/known_hosts"\n', 1
+        )
+    )
     profile = load_profile(str(path))
     parser = argparse.ArgumentParser()
     add_box_arguments(parser)

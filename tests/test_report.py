@@ -7,6 +7,7 @@ import re
 from pathlib import Path
 
 import pytest
+
 from runaudit.examples.digits.build import DEMO_RUN_ID
 from runaudit.fixtures.verdicts import GATES, Verdict
 from runaudit.reports import html

@@ -21,10 +21,10 @@ from typing import Any
 import headless
 import pytest
 from report_records import HOSTILE, build, demo_run, hostile_records, record, science_records
-from runaudit.examples.digits.build import DEMO_RUN_ID
-from runaudit.reports import document, html
 
 from runaudit.cli import main as runaudit_main
+from runaudit.examples.digits.build import DEMO_RUN_ID
+from runaudit.reports import document, html
 
 pytestmark = pytest.mark.skipif(
     not headless.available(), reason=f"chromium is not installed at {headless.BINARY}"

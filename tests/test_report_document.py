@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from report_records import HOSTILE, build, demo_run, record, science_records
+
 from runaudit.reports import document, html
 from runaudit.reports.receipt import binding_receipt
 from runaudit.reports.schema import report_problems

@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 from report_records import HOSTILE, build, demo_run, record
-from runaudit.reports import index
 
 from runaudit.cli import main as runaudit_main
+from runaudit.reports import index
 
 
 def write_reports(folder: Path, project: Path, runs: dict[str, list[dict[str, Any]]]) -> None:

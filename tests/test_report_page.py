@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from report_records import HOSTILE, build, demo_run, hostile_records, record, science_records
+
 from runaudit.reports import claims, coverage, figures, findings, html, page, visuals
 
 

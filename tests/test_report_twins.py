@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from runaudit.examples.digits.build import DEMO_RUN_ID
 from runaudit.reports.schema import report_problems
 

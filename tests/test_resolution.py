@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 from capsules import HARDWARE_RUN_ID, build_hardware_capsule
+
 from runaudit.examples.digits.build import DEMO_RUN_ID
 
 # As tests/conftest.py's run_audits passes them; the plugin module is already imported by this process.

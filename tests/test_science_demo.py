@@ -10,8 +10,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from runaudit.examples.digits.build import DEMO_RUN_ID
 from science_support import verdict
+
+from runaudit.examples.digits.build import DEMO_RUN_ID
 
 DECLARED = {
     ("leakage.split_provenance", "", "split_scheme"),

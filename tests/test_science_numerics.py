@@ -7,6 +7,8 @@ import io
 import numpy as np
 import pytest
 from PIL import Image
+from science_support import digit_png
+
 from runaudit.fixtures.hamming import brute_force, neighbours, plan, popcount
 from runaudit.fixtures.perceptual_hash import phash64, phash_file
 from runaudit.fixtures.statistics import (
@@ -16,7 +18,6 @@ from runaudit.fixtures.statistics import (
     paired_delta,
     standard_error,
 )
-from science_support import digit_png
 
 
 def _pairs(found: tuple[np.ndarray, np.ndarray, np.ndarray]) -> set[tuple[int, int, int]]:

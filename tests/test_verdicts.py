@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from runaudit.examples.digits.build import DEMO_RUN_ID
 from runaudit.fixtures.run import Run, freeze
 from runaudit.fixtures.verdicts import PROPERTY, AuditRecorder, settle, status_of

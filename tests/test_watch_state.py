@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path, PurePosixPath
 
 import pytest
+
 from runaudit.runners import RunnerError
 from runaudit.runners.box import Box
 from runaudit.runners.ssh import Endpoint
@@ -48,8 +49,13 @@ def attempt(box: Box, *, started: float | None = None) -> Path:
 
 def look(box: Box, **classify_args: float) -> tuple[str, str]:
     """Run the real probe script locally (what watch sends over SSH) and classify its answer."""
-    done = subprocess.run(["/bin/sh", "-c", probe_command(box, RUN, "active/{run_id}/train.csv")],
-                          capture_output=True, text=True, timeout=30, check=True)
+    done = subprocess.run(
+        ["/bin/sh", "-c", probe_command(box, RUN, "active/{run_id}/train.csv")],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
+    )
     return classify(parse_signals(done.stdout), **classify_args)
 
 
@@ -89,7 +95,9 @@ def test_the_wrappers_exit_code_decides_finished_or_dead(box: Box, code: str, st
     assert found == state and (code == "0" or f"code {code}" in reason)
 
 
-def test_alive_but_silent_is_stalled_and_old_history_does_not_count(box: Box, sleeper: subprocess.Popen[bytes]) -> None:
+def test_alive_but_silent_is_stalled_and_old_history_does_not_count(
+    box: Box, sleeper: subprocess.Popen[bytes]
+) -> None:
     long_ago = time.time() - 4000
     folder = attempt(box, started=long_ago)
     (folder / "pid").write_text(f"{sleeper.pid} {start_time(sleeper.pid)}\n")

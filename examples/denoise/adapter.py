@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
+
 from runaudit.examples.denoise.evaluate import denoise, noisy_inputs
 from runaudit.examples.denoise.train import DEFAULT_CONFIG, DenoiseTrainer, clean_images, reconstruction_loss
 from runaudit.fixtures.adapter import Batch, InputPaths

@@ -13,12 +13,12 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from runaudit.examples.denoise.evaluate import mean_psnr
-from runaudit.examples.denoise.model import Denoiser
-from runaudit.examples.digits import data as digits_data
 from torch import nn
 
 from runaudit.atomic import write_atomic
+from runaudit.examples.denoise.evaluate import mean_psnr
+from runaudit.examples.denoise.model import Denoiser
+from runaudit.examples.digits import data as digits_data
 
 DEFAULT_CONFIG: dict[str, Any] = {
     "data": {"split_seed": 0, "val_fraction": 0.2, "test_fraction": 0.2},

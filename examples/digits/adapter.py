@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
+
 from runaudit.examples.digits import data as digits_data
 from runaudit.examples.digits.build import produce
 from runaudit.examples.digits.evaluate import condition_inputs, predict

@@ -201,11 +201,15 @@ def ensure_demo(root: Path, *, progress: IO[str]) -> Path:
             produce(root, DEMO_RUN_ID, DEFAULT_CONFIG, log=log)
             result = close_run(root, DEMO_RUN_ID, log=log)
             if not result.sealed:
-                raise DemoBuildError(f"the demo failed its closure audits; see {result.path / 'QUARANTINE_REASON.txt'}")
+                raise DemoBuildError(
+                    f"the demo failed its closure audits; see {result.path / 'QUARANTINE_REASON.txt'}"
+                )
         if not (pull / MANIFEST).is_file():
             build_manifest(root, [DEMO_RUN_ID], DEMO_RUN_ID, log=log)
         verification = write_receipt(root, DEMO_RUN_ID, log=log)
         if not verification.ok:
             raise DemoBuildError(f"the demo's pull did not verify: {verification.problems[0]}")
-        progress.write(f"runaudit: demo sealed and verified at {sealed} in {time.perf_counter() - started:.1f} s\n")
+        progress.write(
+            f"runaudit: demo sealed and verified at {sealed} in {time.perf_counter() - started:.1f} s\n"
+        )
     return sealed

@@ -70,9 +70,9 @@ def write_split_manifest(path: Path, data: Digits, split: dict[str, np.ndarray])
     import pyarrow as pa
     import pyarrow.parquet as pq
     from PIL import Image
-    from runaudit.fixtures.perceptual_hash import phash64
 
     from runaudit.atomic import write_atomic
+    from runaudit.fixtures.perceptual_hash import phash64
 
     rows = sorted((int(index), name) for name, indices in split.items() for index in indices)
     table = pa.table(

@@ -15,12 +15,12 @@ from typing import Any
 
 import numpy as np
 import torch
-from runaudit.examples.digits import render
-from runaudit.examples.digits.data import Digits
-from runaudit.examples.digits.model import build
 from torch import nn
 
 from runaudit.atomic import write_json_atomic
+from runaudit.examples.digits import render
+from runaudit.examples.digits.data import Digits
+from runaudit.examples.digits.model import build
 
 TEST_ID = "main"
 ROLES = ("input", "prediction")

@@ -20,11 +20,11 @@ from typing import Any
 import numpy as np
 import torch
 import yaml
-from runaudit.examples.digits import data as digits_data
-from runaudit.examples.digits.model import build
 from torch import nn
 
 from runaudit.atomic import write_atomic, write_bytes_atomic
+from runaudit.examples.digits import data as digits_data
+from runaudit.examples.digits.model import build
 
 DEFAULT_CONFIG: dict[str, Any] = {
     "data": {"dataset": digits_data.DATASET_ID, "split_seed": 0, "val_fraction": 0.2, "test_fraction": 0.2},

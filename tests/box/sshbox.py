@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 import pytest
+
 from runaudit.runners.box import Box
 from runaudit.runners.ssh import Endpoint
 
@@ -34,7 +35,9 @@ def _free_port() -> int:
 
 
 def _keygen(path: Path) -> None:
-    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "runaudit-test", "-f", str(path)], check=True)
+    subprocess.run(
+        ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "runaudit-test", "-f", str(path)], check=True
+    )
 
 
 def _wait_for_banner(port: int, deadline_s: float = 15.0) -> None:
@@ -79,12 +82,23 @@ class SshBox:
     def box(self, root: Path, state_dir: Path) -> Box:
         return Box(self.endpoint(), PurePosixPath(root), str(state_dir), sys.executable)
 
-    def cli_args(self, root: Path | None = None, state_dir: Path | None = None, known_hosts: Path | None = None) -> list[str]:
+    def cli_args(
+        self, root: Path | None = None, state_dir: Path | None = None, known_hosts: Path | None = None
+    ) -> list[str]:
         """The box options a user passes to every remote verb (they go before the verb's RUN_ID)."""
         args = [
-            "--host", "127.0.0.1", "--port", str(self.port), "--user", self.user,
-            "--identity", str(self.user_key), "--known-hosts", str(known_hosts or self.known_hosts),
-            "--connect-timeout", "5",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "--user",
+            self.user,
+            "--identity",
+            str(self.user_key),
+            "--known-hosts",
+            str(known_hosts or self.known_hosts),
+            "--connect-timeout",
+            "5",
         ]
         if root is not None:
             args += ["--remote-root", str(root), "--python", sys.executable]
@@ -118,7 +132,9 @@ def start_sshbox(home: Path) -> SshBox:
     if not Path(SSHD).is_file():
         missing.insert(0, SSHD)
     if missing:
-        pytest.skip(f"the SSH runner tests need {', '.join(missing)} (Debian: openssh-server openssh-client rsync tmux)")
+        pytest.skip(
+            f"the SSH runner tests need {', '.join(missing)} (Debian: openssh-server openssh-client rsync tmux)"
+        )
     if os.geteuid() == 0:
         # sshd running as root insists on its privilege-separation directory (Debian's unit creates it).
         Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)

@@ -6,13 +6,13 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from sshbox import SshBox, start_sshbox
+
+from runaudit.cli import main
 from runaudit.runners.launch import launch
 from runaudit.runners.ssh import HostKeyRejected, Remote, TransportError
 from runaudit.runners.transfer import remote_path, rsync
 from runaudit.runners.watch import watch
-from sshbox import SshBox, start_sshbox
-
-from runaudit.cli import main
 
 
 def impostor_known_hosts(sshbox: SshBox, tmp_path: Path) -> Path:
@@ -41,7 +41,11 @@ def test_a_changed_host_key_is_refused_before_any_command_runs(sshbox: SshBox, t
     assert sshbox.accepted_logins() == logins  # the box never even saw our key
     assert pinned.read_text().count("\n") == 1  # nothing was added or replaced
     with pytest.raises(HostKeyRejected, match="no data was moved"):  # rsync over OpenSSH: the same pin
-        rsync(sshbox.endpoint(pinned), remote_path(sshbox.endpoint(pinned), f"{tmp_path}/"), f"{tmp_path / 'copy'}/")
+        rsync(
+            sshbox.endpoint(pinned),
+            remote_path(sshbox.endpoint(pinned), f"{tmp_path}/"),
+            f"{tmp_path / 'copy'}/",
+        )
     assert not (tmp_path / "copy").exists()
 
 
@@ -64,8 +68,9 @@ def test_watch_through_a_refused_identity_is_unknown(
     assert ": unknown — refused" in err and "dead" not in err
 
 
-def test_with_sshd_stopped_watch_says_unknown_never_dead(tmp_path: Path, box_root: Path, box_state: Path,
-                                                          capsys: pytest.CaptureFixture[str]) -> None:
+def test_with_sshd_stopped_watch_says_unknown_never_dead(
+    tmp_path: Path, box_root: Path, box_state: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     private = start_sshbox(_fresh(tmp_path / "sshd"))
     try:
         box = private.box(box_root, box_state)
@@ -74,7 +79,9 @@ def test_with_sshd_stopped_watch_says_unknown_never_dead(tmp_path: Path, box_roo
         private.stop()
         status = watch(box, "r1")
         assert status.state == "unknown"
-        assert "transport failed" in status.reason and "the run's state is unknown, not failed" in status.reason
+        assert (
+            "transport failed" in status.reason and "the run's state is unknown, not failed" in status.reason
+        )
         assert main(["watch", *private.cli_args(box_root, box_state), "r1"]) == 3
         assert "dead" not in capsys.readouterr().err
         with pytest.raises(TransportError):

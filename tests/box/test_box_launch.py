@@ -7,11 +7,11 @@ import time
 from pathlib import Path
 
 import pytest
-from runaudit.runners.profiles import builtin_dir
-from runaudit.runners.watch import watch
 from sshbox import SshBox
 
 from runaudit.cli import main
+from runaudit.runners.profiles import builtin_dir
+from runaudit.runners.watch import watch
 
 SECRET = "s3cr3t-value-never-in-argv"
 
@@ -27,12 +27,30 @@ def finished(box, run_id: str, timeout_s: float = 60) -> str:
 
 
 def test_a_secret_travels_by_name_in_a_file_that_is_gone_after_start(
-    sshbox: SshBox, box_root: Path, box_state: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    sshbox: SshBox,
+    box_root: Path,
+    box_state: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     monkeypatch.setenv("RUNAUDIT_TEST_TOKEN", SECRET)
     script = 'echo "token has ${#RUNAUDIT_TEST_TOKEN} characters"; ps -eo args'
-    assert main(["launch", *sshbox.cli_args(box_root, box_state), "--env", "RUNAUDIT_TEST_TOKEN",
-                 "secret-run", "--", "bash", "-c", script]) == 0
+    assert (
+        main(
+            [
+                "launch",
+                *sshbox.cli_args(box_root, box_state),
+                "--env",
+                "RUNAUDIT_TEST_TOKEN",
+                "secret-run",
+                "--",
+                "bash",
+                "-c",
+                script,
+            ]
+        )
+        == 0
+    )
     box = sshbox.box(box_root, box_state)
     assert finished(box, "secret-run") == "finished"
     state = Path(box.run_state("secret-run"))
@@ -47,9 +65,25 @@ def test_a_secret_travels_by_name_in_a_file_that_is_gone_after_start(
     assert SECRET not in capsys.readouterr().out
 
 
-def test_without_tmux_the_job_runs_under_setsid_nohup(sshbox: SshBox, box_root: Path, box_state: Path) -> None:
-    assert main(["launch", *sshbox.cli_args(box_root, box_state), "--detach", "nohup",
-                 "nohup-run", "--", "bash", "-c", "echo alive; sleep 2"]) == 0
+def test_without_tmux_the_job_runs_under_setsid_nohup(
+    sshbox: SshBox, box_root: Path, box_state: Path
+) -> None:
+    assert (
+        main(
+            [
+                "launch",
+                *sshbox.cli_args(box_root, box_state),
+                "--detach",
+                "nohup",
+                "nohup-run",
+                "--",
+                "bash",
+                "-c",
+                "echo alive; sleep 2",
+            ]
+        )
+        == 0
+    )
     box = sshbox.box(box_root, box_state)
     status = watch(box, "nohup-run")
     assert status.state in ("running", "finished") and status.signals["session"] == "n/a"
@@ -62,7 +96,21 @@ def test_a_failing_mandatory_proxy_hook_stops_the_job_visibly(
     profile = tmp_path / "hooked.toml"
     text = (builtin_dir() / "autodl.toml").read_text(encoding="utf-8")
     profile.write_text(text.replace('PROXY_HOOK = "source /etc/network_turbo"', 'PROXY_HOOK = "false"'))
-    assert main(["launch", *sshbox.cli_args(box_root, box_state), "--profile", str(profile),
-                 "hooked-run", "--", "bash", "-c", "echo should-not-run"]) == 1
+    assert (
+        main(
+            [
+                "launch",
+                *sshbox.cli_args(box_root, box_state),
+                "--profile",
+                str(profile),
+                "hooked-run",
+                "--",
+                "bash",
+                "-c",
+                "echo should-not-run",
+            ]
+        )
+        == 1
+    )
     err = capsys.readouterr().err
     assert "dead" in err and "exited with code 97" in err and "PROXY_HOOK failed" in err

@@ -11,11 +11,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from runaudit.runners.ssh import Remote
-from runaudit.runners.watch import Status, watch
 from sshbox import CHECKOUT, SshBox
 
 from runaudit.cli import main
+from runaudit.runners.ssh import Remote
+from runaudit.runners.watch import Status, watch
 
 RUN = "digits-box"
 EPOCHS = 6
@@ -42,8 +42,20 @@ def test_a_detached_run_survives_ssh_resumes_after_a_kill_and_closes_on_the_box(
     args = sshbox.cli_args(box_root, box_state)
     box = sshbox.box(box_root, box_state)
     code = box_root / "code"
-    train = [sys.executable, "-m", "runaudit.examples.digits", "produce", "--root", str(box_root),
-             "--run-id", RUN, "--epochs", str(EPOCHS), "--throttle", "1.5"]
+    train = [
+        sys.executable,
+        "-m",
+        "runaudit.examples.digits",
+        "produce",
+        "--root",
+        str(box_root),
+        "--run-id",
+        RUN,
+        "--epochs",
+        str(EPOCHS),
+        "--throttle",
+        "1.5",
+    ]
 
     assert main(["push", *args, str(CHECKOUT), "--dest", str(code)]) == 0
     assert "(equal on both sides)" in capsys.readouterr().out
@@ -57,7 +69,11 @@ def test_a_detached_run_survives_ssh_resumes_after_a_kill_and_closes_on_the_box(
 
     # A new connection: the run kept going without us.
     two_epochs = wait_for(
-        lambda: s if (s := watch(box, RUN)).state == "running" and int(s.signals.get("progress_rows", 0)) >= 2 else None,
+        lambda: (
+            s
+            if (s := watch(box, RUN)).state == "running" and int(s.signals.get("progress_rows", 0)) >= 2
+            else None
+        ),
         "two epochs on disk",
     )
 
@@ -82,7 +98,9 @@ def test_a_detached_run_survives_ssh_resumes_after_a_kill_and_closes_on_the_box(
     assert steps == [steps[0] * epoch for epoch in range(1, EPOCHS + 1)]  # counters continue, never reset
     resumed = [int(row["epoch"]) for row in rows if row["resume"] == "True"]
     assert resumed == [done_before_kill + 1]
-    log = (Path(box.run_state(RUN)) / Path(box.run_state(RUN), "current").read_text().strip() / "log").read_text()
+    log = (
+        Path(box.run_state(RUN)) / Path(box.run_state(RUN), "current").read_text().strip() / "log"
+    ).read_text()
     assert f"after epoch {done_before_kill} (step {steps[done_before_kill - 1]})" in log
 
     # Close on the box: the box's own runaudit seals active/ as export/.
@@ -94,7 +112,25 @@ def test_a_detached_run_survives_ssh_resumes_after_a_kill_and_closes_on_the_box(
     # Audit on the box; the verdicts come home labelled with where they ran.
     local = tmp_path / "local"
     local.mkdir()
-    assert main(["audit", *args, "--workdir", str(code), "--root", str(local), RUN, "--", "-m", "custody", "-k", "capsule"]) == 0
+    assert (
+        main(
+            [
+                "audit",
+                *args,
+                "--workdir",
+                str(code),
+                "--root",
+                str(local),
+                RUN,
+                "--",
+                "-m",
+                "custody",
+                "-k",
+                "capsule",
+            ]
+        )
+        == 0
+    )
     report = json.loads((local / "reports" / f"{RUN}.json").read_text())
     capsule = [item for item in report["verdicts"] if item["audit"].startswith("capsule.")]
     assert capsule and {item["where"] for item in report["verdicts"]} == {sshbox.endpoint().label}

@@ -13,13 +13,13 @@ import time
 from pathlib import Path
 
 import pytest
+from sshbox import CHECKOUT, SshBox
+
+from runaudit.cli import main
 from runaudit.examples.digits.build import DEMO_RUN_ID
 from runaudit.fixtures.manifest import MANIFEST, RECEIPT
 from runaudit.runners.remote_close import python_on_box
 from runaudit.runners.ssh import Remote
-from sshbox import CHECKOUT, SshBox
-
-from runaudit.cli import main
 
 
 def children_named(pid: int, name: str) -> list[int]:
@@ -45,10 +45,22 @@ def build_manifest_on_box(sshbox: SshBox, box_root: Path, pull_id: str) -> dict:
     box = sshbox.box(box_root, box_root / ".state")
     with Remote(sshbox.endpoint()) as remote:
         remote.write_file(f"{box_root}/roster-{pull_id}.txt", f"{DEMO_RUN_ID}\n".encode(), mode=0o644)
-        done = remote.run(python_on_box(box, str(CHECKOUT), [
-            "runaudit", "manifest", "--root", str(box_root), "--roster", f"{box_root}/roster-{pull_id}.txt",
-            "--pull-id", pull_id,
-        ]))
+        done = remote.run(
+            python_on_box(
+                box,
+                str(CHECKOUT),
+                [
+                    "runaudit",
+                    "manifest",
+                    "--root",
+                    str(box_root),
+                    "--roster",
+                    f"{box_root}/roster-{pull_id}.txt",
+                    "--pull-id",
+                    pull_id,
+                ],
+            )
+        )
     assert done.ok, done.tail()
     return json.loads((box_root / "_trust" / "pulls" / pull_id / MANIFEST).read_text())
 
@@ -67,10 +79,28 @@ def test_pull_resumes_after_rsync_dies_then_the_receipt_and_down_gate(
     first = next(entry for entry in manifest["files"] if entry["path"].endswith("best.pth"))
 
     # A throttled pull, in its own process; rsync is killed once the first file has landed.
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(CHECKOUT), os.environ.get("PYTHONPATH")]))}
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(CHECKOUT), os.environ.get("PYTHONPATH")])),
+    }
     with subprocess.Popen(
-        [sys.executable, "-m", "runaudit", "pull", *args, "--root", str(local), "--pull-id", "p1", "--bwlimit", "100"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+        [
+            sys.executable,
+            "-m",
+            "runaudit",
+            "pull",
+            *args,
+            "--root",
+            str(local),
+            "--pull-id",
+            "p1",
+            "--bwlimit",
+            "100",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
     ) as pulling:
         landed = local / "runs" / first["path"]
         deadline = time.monotonic() + 120
@@ -85,9 +115,12 @@ def test_pull_resumes_after_rsync_dies_then_the_receipt_and_down_gate(
     assert "transfer failed: rsync exit 20" in err and "the same command resumes" in err
     receipt = local / "_trust" / "pulls" / "p1" / RECEIPT
     assert not receipt.exists()
-    incomplete = [entry["path"] for entry in manifest["files"]
-                  if not (local / "runs" / entry["path"]).is_file()
-                  or (local / "runs" / entry["path"]).stat().st_size != entry["bytes"]]
+    incomplete = [
+        entry["path"]
+        for entry in manifest["files"]
+        if not (local / "runs" / entry["path"]).is_file()
+        or (local / "runs" / entry["path"]).stat().st_size != entry["bytes"]
+    ]
     assert incomplete and first["path"] not in incomplete
 
     # The identical command resumes: only what is missing or short is fetched, then verified.
@@ -130,6 +163,22 @@ def test_pull_resumes_after_rsync_dies_then_the_receipt_and_down_gate(
     err = capsys.readouterr().err
     assert "NO receipt" in err and "best.pth" in err
     assert not (fresh / "_trust" / "pulls" / "p2" / RECEIPT).exists()
-    assert main(["down", "--root", str(fresh), "--run", DEMO_RUN_ID, "--profile", "runpod", "--target", "pod-7",
-                 "--confirm", "pod-7"]) == 2
+    assert (
+        main(
+            [
+                "down",
+                "--root",
+                str(fresh),
+                "--run",
+                DEMO_RUN_ID,
+                "--profile",
+                "runpod",
+                "--target",
+                "pod-7",
+                "--confirm",
+                "pod-7",
+            ]
+        )
+        == 2
+    )
     assert "no current receipt" in capsys.readouterr().err
