@@ -31,31 +31,18 @@ def run_suite(
     env = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join(filter(None, [checkout, os.environ.get("PYTHONPATH")])),
+        # The gate alone: third-party plugins the user has installed neither slow it nor change it.
+        "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",
     }
     with tempfile.TemporaryDirectory(prefix="runaudit-suite-") as reports:
+        # JSON only (the runner reads verdicts, not the page); no per-test capture and no end-of-session
+        # garbage-collection sweeps for unraisable exceptions: together about a second per capsule.
         command = [
-            sys.executable,
-            "-m",
-            "pytest",
-            "-c",
-            os.devnull,
-            "--rootdir",
-            str(capsule),
-            "-p",
-            "runaudit.fixtures.plugin",
-            "-p",
-            "no:cacheprovider",
-            "-q",
-            "--run",
-            str(capsule),
-            "--root",
-            str(root),
-            "--report-dir",
-            reports,
-            "--strict",
-            *args,
-            *paths,
-        ]
+            sys.executable, "-m", "pytest", "-c", os.devnull, "--rootdir", str(capsule),
+            "-p", "runaudit.fixtures.plugin", "-p", "no:cacheprovider", "-p", "no:unraisableexception",
+            "--capture=no", "-q", "--run", str(capsule), "--root", str(root), "--report-dir", reports,
+            "--report-format", "json", "--strict", *args, *paths,
+        ]  # fmt: skip
         done = subprocess.run(command, capture_output=True, text=True, env=env, cwd=root)
         output = done.stdout + done.stderr
         report_path = Path(reports) / f"{report_stem(capsule.name)}.json"
