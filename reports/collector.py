@@ -81,7 +81,9 @@ class VerdictReport:
         folder = self.report_dir
         self.written = [write_json_atomic(folder / f"{stem}.json", doc)]
         if self.config.getoption("runaudit_report_format") == "html":
-            self.written.append(write_bytes_atomic(folder / f"{stem}.html", html.render_run(doc).encode("utf-8")))
+            self.written.append(
+                write_bytes_atomic(folder / f"{stem}.html", html.render_run(doc).encode("utf-8"))
+            )
 
     @pytest.hookimpl
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:

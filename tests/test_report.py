@@ -57,7 +57,6 @@ def test_report_json_has_the_shape_of_audits_md(run_audits, demo_project: Path) 
     assert [Path(line.split()[-1]).name for line in written] == ["demo.json", "demo.html"]
 
 
-
 def test_report_format_json_writes_the_twin_alone(run_audits, demo_project: Path) -> None:
     """Runners read verdicts, not the page: ``--report-format json`` skips the HTML and its figures."""
     outcome = run_audits(DEMO_RUN_ID, demo_project, *GATE, "--report-format", "json")
@@ -65,6 +64,7 @@ def test_report_format_json_writes_the_twin_alone(run_audits, demo_project: Path
     written = [line for line in outcome.result.outlines if line.startswith("runaudit: wrote ")]
     assert [Path(line.split()[-1]).name for line in written] == ["demo.json"]
     assert not (Path(written[0].split()[-1]).parent / "demo.html").exists()
+
 
 def test_parallel_workers_give_the_same_verdicts_and_only_the_controller_writes(
     run_audits, pytester: pytest.Pytester, project: Path, monkeypatch: pytest.MonkeyPatch
