@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from runaudit.reports import plots
+from runaudit.reports import figure_cache, plots
 from runaudit.reports.history import History, read_history
 
 MAX_PANELS = 4
@@ -38,7 +38,7 @@ def _drawn(notes: list[str], draw: Callable[..., str], *args: Any) -> str | None
             warnings.simplefilter(
                 "ignore"
             )  # layout niceties must not become errors under filterwarnings=error
-            return draw(*args)
+            return figure_cache.drawn(draw, *args)
     except Exception as exc:  # matplotlib raises many types; the page names it
         notes.append(f"figure not drawn: {type(exc).__name__}: {exc}")
         return None

@@ -5,7 +5,7 @@ from __future__ import annotations
 import io
 import json
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,6 +21,15 @@ import torch._dynamo  # noqa: F401
 from runaudit.examples.digits.build import DEMO_RUN_ID, ensure_demo
 
 PIL.Image.init()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def figure_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """The page's figure cache inside this session's temp tree, not the user's (pytester runs inherit it)."""
+    folder = tmp_path_factory.mktemp("figure-cache")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("RUNAUDIT_FIGURE_CACHE", str(folder))
+        yield folder
 
 
 @pytest.fixture(scope="session")
