@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import datetime as dt
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +21,9 @@ from runaudit.atomic import write_bytes_atomic, write_json_atomic
 from runaudit.fixtures.plugin import strict_mode
 from runaudit.fixtures.run import Run
 from runaudit.fixtures.verdicts import PROPERTY, Verdict, record_of
-from runaudit.reports import document, html
+from runaudit.reports import document, figures, html
+
+PREDRAW_WAIT_S = 60
 
 
 def junit_properties(record: dict[str, Any]) -> list[tuple[str, str]]:
@@ -45,6 +48,7 @@ class VerdictReport:
         self.started_utc = dt.datetime.now(dt.UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
         self.records: dict[str, dict[str, Any]] = {}
         self.written: list[Path] = []
+        self.predraw: subprocess.Popen[bytes] | None = None
 
     @property
     def report_dir(self) -> Path:
@@ -65,8 +69,28 @@ class VerdictReport:
                 *junit_properties(record),
             ]
 
+    @property
+    def writes_page(self) -> bool:
+        return self.config.getoption("runaudit_report_format") == "html"
+
+    @pytest.hookimpl
+    def pytest_sessionstart(self, session: pytest.Session) -> None:
+        if self.writes_page and not self.config.getoption("collectonly"):
+            self.predraw = figures.predraw_curves(self.run.path)
+
+    def _join_predraw(self) -> None:
+        if self.predraw is None:
+            return
+        try:
+            self.predraw.wait(timeout=PREDRAW_WAIT_S)
+        except subprocess.TimeoutExpired:
+            self.predraw.kill()  # the page draws the curves itself
+            self.predraw.wait()
+        self.predraw = None
+
     @pytest.hookimpl
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        self._join_predraw()
         if self.config.getoption("collectonly") or not self.records:
             return
         doc = document.build(
@@ -80,7 +104,7 @@ class VerdictReport:
         stem = document.report_stem(self.run.run_id)
         folder = self.report_dir
         self.written = [write_json_atomic(folder / f"{stem}.json", doc)]
-        if self.config.getoption("runaudit_report_format") == "html":
+        if self.writes_page:
             self.written.append(
                 write_bytes_atomic(folder / f"{stem}.html", html.render_run(doc).encode("utf-8"))
             )

@@ -50,6 +50,11 @@ def key_of(draw: Callable[..., str], args: tuple[Any, ...]) -> str:
     return digest.hexdigest()
 
 
+def is_cached(draw: Callable[..., str], args: tuple[Any, ...]) -> bool:
+    folder = cache_dir()
+    return folder is not None and (folder / f"{key_of(draw, args)}.svg").is_file()
+
+
 def _read(path: Path) -> str | None:
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)

@@ -7,6 +7,9 @@ green box. Evidence is untrusted input here, so malformed entries are named and 
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import warnings
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
@@ -246,6 +249,33 @@ def leakage_figure(doc: Mapping[str, Any]) -> Figure:
         svg,
         tuple(notes),
     )
+
+
+def predraw_curves(run_path: Path) -> subprocess.Popen[bytes] | None:
+    """Draw the run's unmarked training curves into the figure cache in a child, on another core.
+
+    Started as the session starts, it overlaps the audits; the page then finds the curves in the cache
+    unless a history audit marked an anomaly on them (then they are drawn again, with the marks).
+    None when there is nothing to gain: no spare core, no cache, no curves, or already drawn.
+    """
+    if (os.cpu_count() or 1) < 2 or figure_cache.cache_dir() is None:
+        return None
+    history = read_history(run_path)
+    if not isinstance(history, History) or figure_cache.is_cached(plots.training_curves, (history, [])):
+        return None
+    script = "import sys; from runaudit.reports import figures; figures.draw_unmarked_curves(sys.argv[1])"
+    return subprocess.Popen(
+        [sys.executable, "-c", script, str(run_path)],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+
+
+def draw_unmarked_curves(run_path: str) -> None:
+    history = read_history(Path(run_path))
+    if isinstance(history, History):
+        _drawn([], plots.training_curves, history, [])
 
 
 def figures(doc: Mapping[str, Any], run_path: Path) -> list[Figure]:

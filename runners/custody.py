@@ -16,7 +16,6 @@ import os
 import socket
 import sys
 from collections.abc import Callable, Iterable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,7 +25,7 @@ from runaudit.atomic import write_json_atomic
 from runaudit.fixtures import manifest as manifests
 from runaudit.fixtures.schema import schema_problems
 from runaudit.runners import RunnerError, existing_dir
-from runaudit.runners.suite import failures, run_suite
+from runaudit.runners.suite import failures, run_suites
 
 RECEIPT_VERSION = "runaudit.receipt/1"
 ACCEPTANCE_VERSION = "runaudit.acceptance/1"
@@ -77,8 +76,8 @@ def capsule_holder(root: Path, roster: list[str]) -> Path:
 def verify_pull(root: Path, pull_id: str, *, log: Callable[[str], None] = print) -> Verification:
     """Run every custody audit, hashing fresh, on every roster run of ``pull_id``.
 
-    Runs are audited in parallel processes, one per core: each process spends much of its time on
-    fixed costs (interpreter, pytest, torch import) that overlap well with another's hashing.
+    Runs are audited in parallel sessions, one per core, forked from one interpreter that has imported
+    pytest and torch once (:func:`run_suites`).
     """
     manifest = load_manifest(root, pull_id)
     holder = capsule_holder(root, manifest.roster)
@@ -90,26 +89,24 @@ def verify_pull(root: Path, pull_id: str, *, log: Callable[[str], None] = print)
         else:
             verification.problems.append(f"run {run_id}: no capsule at {holder / run_id}")
 
-    def audit(run_id: str) -> tuple[str, dict[str, Any] | None, str]:
+    for run_id in present:
         log(f"verify {pull_id}: auditing {run_id} at {holder / run_id}")
-        report, output = run_suite(holder / run_id, root, args=(*VERIFY_ARGS, "--pull", pull_id))
-        return run_id, report, output
-
-    with ThreadPoolExecutor(max_workers=max(1, min(len(present), os.cpu_count() or 1))) as pool:
-        for run_id, report, output in pool.map(audit, present):
-            if report is None:
-                verification.problems.append(f"run {run_id}: {output}")
-                continue
-            verification.problems += [f"run {run_id}: {line}" for line in failures(report)]
-            for item in report["verdicts"]:
-                if item["audit"] == "checkpoint.safe_load" and item["verdict"] == "passed":
-                    evidence = item["evidence"]
-                    verification.checkpoints[f"{run_id}/{item['subject']}"] = {
-                        "sha256": evidence["sha256"],
-                        "tensors": evidence["tensors"],
-                        "numel": evidence["numel"],
-                        "safe_load": True,
-                    }
+    suites = run_suites([holder / run_id for run_id in present], root, args=(*VERIFY_ARGS, "--pull", pull_id))
+    for run_id in present:
+        report, output = suites[holder / run_id]
+        if report is None:
+            verification.problems.append(f"run {run_id}: {output}")
+            continue
+        verification.problems += [f"run {run_id}: {line}" for line in failures(report)]
+        for item in report["verdicts"]:
+            if item["audit"] == "checkpoint.safe_load" and item["verdict"] == "passed":
+                evidence = item["evidence"]
+                verification.checkpoints[f"{run_id}/{item['subject']}"] = {
+                    "sha256": evidence["sha256"],
+                    "tensors": evidence["tensors"],
+                    "numel": evidence["numel"],
+                    "safe_load": True,
+                }
     if manifests.read_manifest(manifest.path).sha256 != manifest.sha256:
         verification.problems.append(f"{manifest.path} changed while it was being verified")
     return verification

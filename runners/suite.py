@@ -6,27 +6,58 @@ user gets from ``pytest --run``; a fresh process also keeps torch and pytest sta
 
 from __future__ import annotations
 
+import contextlib
+import importlib
 import json
 import os
 import subprocess
 import sys
 import tempfile
+import traceback
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import runaudit
+from runaudit.fixtures import manifest as manifests
+from runaudit.fixtures.hashing import hash_before_fork
 from runaudit.fixtures.verdicts import AUDITS_DIR
 from runaudit.reports.document import report_stem
 
 HELD = ("passed", "not_applicable")
 
 
+# What a custody session imports that costs most (torch alone is ~1.5 s and ~220 MiB): imported once in
+# the parent of forked suites, shared copy-on-write by every child.
+WARM_IMPORTS = ("torch", "jsonschema", "pyarrow.parquet", "PIL.PngImagePlugin")
+
+
+def _pytest_args(
+    capsule: Path, root: Path, reports: str, modules: Sequence[str], args: Sequence[str]
+) -> list[str]:
+    paths = [str(AUDITS_DIR / name) for name in modules if (AUDITS_DIR / name).is_file()] or [str(AUDITS_DIR)]
+    # JSON only (the runner reads verdicts, not the page); no per-test capture and no end-of-session
+    # garbage-collection sweeps for unraisable exceptions: together about a second per capsule.
+    return [
+        "-c", os.devnull, "--rootdir", str(capsule), "-p", "no:cacheprovider", "-p", "no:unraisableexception",
+        "--capture=no", "-q", "--run", str(capsule), "--root", str(root), "--report-dir", reports,
+        "--report-format", "json", "--strict", *args, *paths,
+    ]  # fmt: skip
+
+
+def _read_report(reports: str, capsule: Path, output: str) -> tuple[dict[str, Any] | None, str]:
+    report_path = Path(reports) / f"{report_stem(capsule.name)}.json"
+    if not report_path.is_file():
+        tail = output.strip().splitlines()[-5:]
+        return None, "the audits did not produce a report: " + " | ".join(tail)
+    return json.loads(report_path.read_text(encoding="utf-8")), output
+
+
 def run_suite(
     capsule: Path, root: Path, *, modules: Sequence[str] = (), args: Sequence[str] = ()
 ) -> tuple[dict[str, Any] | None, str]:
     """``pytest --run=capsule --root=root --strict [args] [audits/<modules>]``: (report or None, output)."""
-    paths = [str(AUDITS_DIR / name) for name in modules if (AUDITS_DIR / name).is_file()] or [str(AUDITS_DIR)]
     checkout = str(Path(runaudit.__file__).resolve().parent.parent)
     env = {
         **os.environ,
@@ -35,21 +66,106 @@ def run_suite(
         "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",
     }
     with tempfile.TemporaryDirectory(prefix="runaudit-suite-") as reports:
-        # JSON only (the runner reads verdicts, not the page); no per-test capture and no end-of-session
-        # garbage-collection sweeps for unraisable exceptions: together about a second per capsule.
         command = [
-            sys.executable, "-m", "pytest", "-c", os.devnull, "--rootdir", str(capsule),
-            "-p", "runaudit.fixtures.plugin", "-p", "no:cacheprovider", "-p", "no:unraisableexception",
-            "--capture=no", "-q", "--run", str(capsule), "--root", str(root), "--report-dir", reports,
-            "--report-format", "json", "--strict", *args, *paths,
-        ]  # fmt: skip
+            *(sys.executable, "-m", "pytest", "-p", "runaudit.fixtures.plugin"),
+            *_pytest_args(capsule, root, reports, modules, args),
+        ]
         done = subprocess.run(command, capture_output=True, text=True, env=env, cwd=root)
-        output = done.stdout + done.stderr
-        report_path = Path(reports) / f"{report_stem(capsule.name)}.json"
-        if not report_path.is_file():
-            tail = output.strip().splitlines()[-5:]
-            return None, "the audits did not produce a report: " + " | ".join(tail)
-        return json.loads(report_path.read_text(encoding="utf-8")), output
+        return _read_report(reports, capsule, done.stdout + done.stderr)
+
+
+def _warm() -> Any:
+    """Import pytest, the plugin and the gate's heavy libraries here, once, before any fork."""
+    import pytest  # noqa: F401
+
+    from runaudit.fixtures import plugin
+
+    for name in WARM_IMPORTS:
+        with contextlib.suppress(ImportError):  # the child's audit that needs it says so, with the file
+            importlib.import_module(name)
+    return plugin
+
+
+def _warm_while_hashing(capsules: Sequence[Path]) -> Any:
+    """:func:`_warm` on this thread while every capsule file is hashed fresh on others (GIL released)."""
+    files = [
+        capsule.parent / rel
+        for capsule in capsules
+        for rel in manifests.local_tree(capsule.parent, capsule.name).files
+    ]
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        hashed = pool.submit(hash_before_fork, files)
+        plugin = _warm()
+        with contextlib.suppress(OSError, RuntimeError):  # a file that vanished or changed: the audit says so
+            hashed.result()
+    return plugin
+
+
+def _forked_session(plugin: Any, argv: list[str], root: Path, log: Path) -> int:
+    """A child's pid; the child runs one pytest session with its output in ``log``, then exits."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid:
+        return pid
+    code = 3
+    try:
+        import pytest
+
+        # Both the descriptors and the Python streams: the parent's may be a capture (pytest's capsys).
+        output = open(log, "w", encoding="utf-8", errors="replace")  # noqa: SIM115 - lives until _exit
+        os.dup2(output.fileno(), 1)
+        os.dup2(output.fileno(), 2)
+        sys.stdout = sys.stderr = output
+        os.chdir(root)
+        os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"  # the gate alone, as in run_suite
+        code = int(pytest.main(argv, plugins=[plugin]))
+    except BaseException:  # the parent reads the traceback from the log as the run's problem
+        traceback.print_exc()
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+
+
+def run_suites(
+    capsules: Sequence[Path], root: Path, *, args: Sequence[str] = ()
+) -> dict[Path, tuple[dict[str, Any] | None, str]]:
+    """:func:`run_suite` on several capsules, one per core at a time: (report or None, output) of each.
+
+    On Linux the sessions are forked from this process once pytest, the plugin and torch are imported
+    here: each capsule then pays only for its own audits, not for another interpreter and torch import.
+    Elsewhere (fork after importing torch is unsafe on macOS) each capsule gets a fresh process.
+    """
+    workers = max(1, min(len(capsules), os.cpu_count() or 1))
+    if sys.platform != "linux":
+        with ThreadPoolExecutor(max_workers=workers) as pool:
+            done = pool.map(lambda capsule: run_suite(capsule, root, args=args), capsules)
+            return dict(zip(capsules, done, strict=True))
+    plugin = _warm_while_hashing(capsules)
+    results: dict[Path, tuple[dict[str, Any] | None, str]] = {}
+    with tempfile.TemporaryDirectory(prefix="runaudit-suites-") as scratch:
+        running: dict[int, tuple[Path, str, Path]] = {}
+        for index, capsule in enumerate(capsules):
+            if len(running) == workers:
+                _collect(running, results)
+            reports = Path(scratch) / str(index)
+            reports.mkdir()
+            log = reports / "output.log"
+            argv = _pytest_args(capsule, root, str(reports), (), args)
+            running[_forked_session(plugin, argv, root, log)] = (capsule, str(reports), log)
+        while running:
+            _collect(running, results)
+    return results
+
+
+def _collect(
+    running: dict[int, tuple[Path, str, Path]], results: dict[Path, tuple[dict[str, Any] | None, str]]
+) -> None:
+    """Wait for any one child, and read what it left."""
+    pid, _ = os.wait()
+    capsule, reports, log = running.pop(pid)
+    results[capsule] = _read_report(reports, capsule, log.read_text(encoding="utf-8", errors="replace"))
 
 
 def failures(report: dict[str, Any]) -> list[str]:

@@ -5,15 +5,18 @@ from __future__ import annotations
 import hashlib
 import json
 import socket
+import sys
 from pathlib import Path
 
 import pytest
 
 from runaudit.cli import main
 from runaudit.examples.digits.build import DEMO_RUN_ID
+from runaudit.fixtures import hashing
 from runaudit.fixtures.manifest import MANIFEST, RECEIPT
 from runaudit.fixtures.schema import schema_problems
 from runaudit.runners.custody import receipt_status
+from runaudit.runners.suite import run_suites
 
 
 def _roster(tmp_path: Path, text: str) -> Path:
@@ -140,3 +143,51 @@ def test_independent_acceptance_and_comparison(project: Path, capsys) -> None:
     second.write_text(json.dumps(record))
     assert main(["accept", "--compare", str(first), str(second)]) == 1
     assert "checkpoints differs" in capsys.readouterr().err
+
+
+def test_digests_taken_before_fork_are_reused_only_while_the_bytes_are_untouched(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(hashing, "_hashed_before_fork", {})
+    kept, changed = tmp_path / "kept.bin", tmp_path / "changed.bin"
+    kept.write_bytes(b"a" * 4096)
+    changed.write_bytes(b"b" * 4096)
+    hashing.hash_before_fork([kept, changed])
+    changed.write_bytes(b"c" * 4096)  # same size: only the stat key (mtime, ctime) tells
+    read: list[Path] = []
+    monkeypatch.setattr(hashing, "sha256_file", lambda path, progress=None: read.append(path) or "0" * 64)
+    digests = hashing.hash_files([kept, changed])
+    assert read == [changed]  # the untouched file was not read again, the changed one was
+    assert digests[kept] == hashing.Digest(hashlib.sha256(b"a" * 4096).hexdigest(), 4096, "fresh")
+    assert digests[changed].source == "fresh"
+
+
+def test_forked_sessions_report_each_capsule_and_a_broken_session_in_one_line(
+    project: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    capsule = project / "export" / DEMO_RUN_ID
+    results = run_suites([capsule], project, args=("-m", "custody", "-k", "capsule"))
+    report, output = results[capsule]
+    assert report is not None and report["run_id"] == DEMO_RUN_ID
+    assert {item["verdict"] for item in report["verdicts"]} <= {"passed", "not_applicable"}
+    assert "passed" in output  # the child's own terminal output, even under capsys
+    broken, output = run_suites([capsule], project, args=("--no-such-option",))[capsule]
+    assert broken is None
+    assert output.startswith("the audits did not produce a report: ") and "--no-such-option" in output
+    assert capsys.readouterr().out == ""  # nothing leaked onto the caller's streams
+
+
+def test_fresh_processes_where_fork_is_unsafe_give_the_same_verdicts(
+    project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    capsule = project / "export" / DEMO_RUN_ID
+    args = ("-m", "custody", "-k", "capsule")
+    forked, _ = run_suites([capsule], project, args=args)[capsule]
+    monkeypatch.setattr(sys, "platform", "darwin")
+    spawned, _ = run_suites([capsule], project, args=args)[capsule]
+    assert forked is not None and spawned is not None
+
+    def verdicts(report: dict) -> list[tuple[str, str, str]]:
+        return sorted((item["audit"], item["subject"], item["verdict"]) for item in report["verdicts"])
+
+    assert verdicts(forked) == verdicts(spawned) and len(verdicts(forked)) > 10

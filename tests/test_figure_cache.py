@@ -69,3 +69,19 @@ def test_an_unwritable_cache_still_draws(tmp_path: Path, monkeypatch: pytest.Mon
     calls.clear()
     assert figure_cache.drawn(draw, "loss") == '<svg class="loss"></svg>'
     assert figure_cache.drawn(draw, "loss") == '<svg class="loss"></svg>' and len(calls) == 2
+
+
+def test_the_curves_are_predrawn_in_a_child_once(cache: Path, demo_project: Path) -> None:
+    from runaudit.examples.digits.build import DEMO_RUN_ID
+    from runaudit.reports import figures, plots
+    from runaudit.reports.history import read_history
+
+    run_path = demo_project / "export" / DEMO_RUN_ID
+    history = read_history(run_path)
+    assert not figure_cache.is_cached(plots.training_curves, (history, []))
+    child = figures.predraw_curves(run_path)
+    assert child is not None and child.wait(timeout=120) == 0
+    assert figure_cache.is_cached(plots.training_curves, (history, []))
+    assert figures.predraw_curves(run_path) is None  # nothing left to draw
+    assert figures.history_figure({"verdicts": []}, run_path).svg.startswith("<svg ")
+    assert len(list(cache.glob("*.svg"))) == 1  # the page found the child's figure: it drew no other
