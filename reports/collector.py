@@ -78,19 +78,21 @@ class VerdictReport:
         if self.writes_page and not self.config.getoption("collectonly"):
             self.predraw = figures.predraw_curves(self.run.path)
 
-    def _join_predraw(self) -> None:
+    def _join_predraw(self, *, needed: bool) -> None:
+        """Wait for the predrawn curves when a page will show them; otherwise (Ctrl-C, nothing ran) stop it."""
         if self.predraw is None:
             return
         try:
-            self.predraw.wait(timeout=PREDRAW_WAIT_S)
+            self.predraw.wait(timeout=PREDRAW_WAIT_S if needed else 0)
         except subprocess.TimeoutExpired:
-            self.predraw.kill()  # the page draws the curves itself
+            self.predraw.kill()  # a page still draws the curves itself
             self.predraw.wait()
         self.predraw = None
 
     @pytest.hookimpl
-    def pytest_sessionfinish(self, session: pytest.Session) -> None:
-        self._join_predraw()
+    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        interrupted = exitstatus == pytest.ExitCode.INTERRUPTED
+        self._join_predraw(needed=bool(self.records) and not interrupted)
         if self.config.getoption("collectonly") or not self.records:
             return
         doc = document.build(
