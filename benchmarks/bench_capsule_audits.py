@@ -5,10 +5,11 @@
 (a) ``python -m pytest -p no:cacheprovider -q <empty test file>``: what any pytest run costs here;
 (b) ``python -m pytest --run=<demo capsule> --root <root> -m custody -k capsule -q -p no:cacheprovider``,
     the page's figures already drawn by an earlier audit of the same bytes (reports/figure_cache.py);
-(c) the same with an empty figure cache each time: the first audit of a run draws its training curves.
-All run as fresh processes from the same neutral folder, interleaved (a, b, c, a, b, c, ...) after one
+(c) the same with an empty figure cache each time: the first audit of a run draws its training curves;
+(d) the audits alone: ``--report-format json``, no page.
+All run as fresh processes from the same neutral folder, interleaved (a, b, c, d, a, ...) after one
 warm-up each, so that machine load falls on all alike. Prints each median, the spread and the ratios
-b / a (target: at most 3x) and c / a.
+b / a (target: at most 3x), c / a and d / a.
 """
 
 from __future__ import annotations
@@ -64,13 +65,14 @@ def main() -> int:
         ]
         figures = work / "figures"
         warm = {**os.environ, "RUNAUDIT_FIGURE_CACHE": str(figures / "kept")}
-        samples: dict[str, list[float]] = {"bare": [], "audits": [], "first": []}
+        samples: dict[str, list[float]] = {"bare": [], "audits": [], "first": [], "json": []}
         for round_index in range(args.repeat + 1):
             cold = {**os.environ, "RUNAUDIT_FIGURE_CACHE": str(figures / f"cold-{round_index}")}
             for name, command, env in (
                 ("bare", bare, None),
                 ("audits", audits, warm),
                 ("first", audits, cold),
+                ("json", [*audits, "--report-format=json"], cold),
             ):
                 elapsed, _ = timed(command, cwd=work, env=env)
                 if round_index:  # round 0 warms the page cache, the bytecode cache and the figure cache
@@ -84,12 +86,14 @@ def main() -> int:
         ("bare", "(a) bare pytest, empty test file"),
         ("audits", "(b) -m custody -k capsule"),
         ("first", "(c) same, figures drawn afresh"),
+        ("json", "(d) same, no page (json report)"),
     ):
         values = samples[name]
         print(f"{label:34s} median {medians[name]:6.3f} s   min {min(values):6.3f}   max {max(values):6.3f}")
     verdict = "within" if ratio <= TARGET_RATIO else "ABOVE"
     print(f"ratio (b)/(a) {ratio:.2f}x  ({verdict} the {TARGET_RATIO:.0f}x target)")
     print(f"ratio (c)/(a) {first:.2f}x  (the first audit of a run, which draws its training curves)")
+    print(f"ratio (d)/(a) {medians['json'] / medians['bare']:.2f}x  (the audits alone)")
     return 0
 
 
