@@ -1,7 +1,8 @@
-"""Run the harness's own audit suite on one capsule in a fresh pytest process and read its JSON report.
+"""Run the harness's own audit suite on capsules, each in a pytest session of its own, and read the reports.
 
 Runners (close, verify, accept) use this so that a gate decided on the command line is exactly the gate a
-user gets from ``pytest --run``; a fresh process also keeps torch and pytest state out of the runner.
+user gets from ``pytest --run``. One capsule gets a fresh process, which keeps torch and pytest state out
+of the runner; several are forked from one process that imported both once (:func:`run_suites`).
 """
 
 from __future__ import annotations
