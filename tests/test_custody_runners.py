@@ -160,6 +160,9 @@ def test_digests_taken_before_fork_are_reused_only_while_the_bytes_are_untouched
     assert read == [changed]  # the untouched file was not read again, the changed one was
     assert digests[kept] == hashing.Digest(hashlib.sha256(b"a" * 4096).hexdigest(), 4096, "fresh")
     assert digests[changed].source == "fresh"
+    read.clear()
+    hashing.hash_before_fork([kept])  # a new verification reads its bytes again
+    assert read == [kept]
 
 
 def test_forked_sessions_report_each_capsule_and_a_broken_session_in_one_line(
