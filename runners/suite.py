@@ -76,9 +76,7 @@ def run_suite(
 
 
 def _warm() -> Any:
-    """Import pytest, the plugin and the gate's heavy libraries here, once, before any fork."""
-    import pytest  # noqa: F401
-
+    """Import the plugin (and with it pytest) and the gate's heavy libraries here, once, before any fork."""
     from runaudit.fixtures import plugin
 
     for name in WARM_IMPORTS:
@@ -163,8 +161,9 @@ def run_suites(
 def _collect(
     running: dict[int, tuple[Path, str, Path]], results: dict[Path, tuple[dict[str, Any] | None, str]]
 ) -> None:
-    """Wait for any one child, and read what it left."""
-    pid, _ = os.wait()
+    """Wait for the oldest session, and read what it left (only our own pids: the caller may have others)."""
+    pid = next(iter(running))
+    os.waitpid(pid, 0)
     capsule, reports, log = running.pop(pid)
     results[capsule] = _read_report(reports, capsule, log.read_text(encoding="utf-8", errors="replace"))
 

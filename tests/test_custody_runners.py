@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import socket
+import subprocess
 import sys
 from pathlib import Path
 
@@ -169,7 +170,9 @@ def test_forked_sessions_report_each_capsule_and_a_broken_session_in_one_line(
     project: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     capsule = project / "export" / DEMO_RUN_ID
+    unrelated = subprocess.Popen(["true"])  # a child of the caller's own: never reaped by run_suites
     results = run_suites([capsule], project, args=("-m", "custody", "-k", "capsule"))
+    assert unrelated.wait() == 0
     report, output = results[capsule]
     assert report is not None and report["run_id"] == DEMO_RUN_ID
     assert {item["verdict"] for item in report["verdicts"]} <= {"passed", "not_applicable"}
