@@ -12,10 +12,10 @@ from typing import Any
 
 import pytest
 
-from runaudit.fixtures.ids import casefold_collisions, duplicates, is_safe_id
+from runaudit.ids import casefold_collisions, duplicates, is_safe_id
 from runaudit.fixtures.reader import CapsuleReader
 from runaudit.fixtures.run import DeclaredMetric, DeclaredTest, Run
-from runaudit.fixtures.schema import schema_problems
+from runaudit.schema import schema_problems
 from runaudit.fixtures.verdicts import AuditRecorder
 
 pytestmark = pytest.mark.custody

@@ -10,11 +10,11 @@ from typing import Any
 
 import pytest
 
-from runaudit.fixtures import manifest as manifests
+from runaudit import manifest as manifests
 from runaudit.fixtures.custody import Custody
-from runaudit.fixtures.ids import duplicates, is_safe_id
+from runaudit.ids import duplicates, is_safe_id
 from runaudit.fixtures.run import Run
-from runaudit.fixtures.schema import schema_problems
+from runaudit.schema import schema_problems
 from runaudit.fixtures.verdicts import AuditRecorder
 
 pytestmark = pytest.mark.custody

@@ -216,7 +216,7 @@ def main() -> None:
             continue
         compare(baseline, ours, floor, cold=cold, repeats=args.repeats)
 
-    from runaudit.fixtures.hashing import HashCache, hash_files, sha256_file
+    from runaudit.hashing import HashCache, hash_files, sha256_file
 
     def timed(action) -> float:
         started = time.perf_counter()

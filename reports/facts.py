@@ -10,7 +10,7 @@ import json
 import math
 from typing import Any
 
-from runaudit.fixtures.ids import is_safe_id
+from runaudit.ids import is_safe_id
 from runaudit.fixtures.run import Run
 from runaudit.fixtures.verdicts import jsonable
 

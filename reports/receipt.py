@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from runaudit.fixtures import manifest as manifests
+from runaudit import manifest as manifests
 from runaudit.fixtures.run import Run
 
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from runaudit.fixtures.ids import is_safe_id
+from runaudit.ids import is_safe_id
 
 SAMPLES = 6
 THUMBNAIL = 96  # px, the longer side

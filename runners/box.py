@@ -12,7 +12,7 @@ import hashlib
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from runaudit.fixtures.ids import is_safe_id
+from runaudit.ids import is_safe_id
 from runaudit.runners import RunnerError
 from runaudit.runners.profiles import Profile, load_profile
 from runaudit.runners.ssh import Endpoint

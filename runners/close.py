@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from runaudit.atomic import fsync_dir, write_bytes_atomic, write_json_atomic
-from runaudit.fixtures.hashing import sha256_file
-from runaudit.fixtures.ids import is_safe_id
+from runaudit.hashing import sha256_file
+from runaudit.ids import is_safe_id
 from runaudit.runners import RunnerError, existing_dir
 from runaudit.runners.suite import failures, run_suite
 

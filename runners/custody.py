@@ -22,8 +22,8 @@ from typing import Any
 
 import runaudit
 from runaudit.atomic import write_json_atomic
-from runaudit.fixtures import manifest as manifests
-from runaudit.fixtures.schema import schema_problems
+from runaudit import manifest as manifests
+from runaudit.schema import schema_problems
 from runaudit.runners import RunnerError, existing_dir
 from runaudit.runners.suite import failures, run_suites
 

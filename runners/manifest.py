@@ -15,9 +15,9 @@ from pathlib import Path
 
 import runaudit
 from runaudit.atomic import write_json_atomic
-from runaudit.fixtures import manifest as manifests
-from runaudit.fixtures.hashing import hash_files, progress_bar
-from runaudit.fixtures.ids import casefold_collisions, duplicates, is_safe_id
+from runaudit import manifest as manifests
+from runaudit.hashing import hash_files, progress_bar
+from runaudit.ids import casefold_collisions, duplicates, is_safe_id
 from runaudit.runners import RunnerError, existing_dir
 
 SCHEMA_VERSION = "runaudit.pull/1"

@@ -19,10 +19,10 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 from runaudit.atomic import write_bytes_atomic
-from runaudit.fixtures import manifest as manifests
-from runaudit.fixtures.hashing import hash_files, progress_bar
-from runaudit.fixtures.ids import is_safe_id
-from runaudit.fixtures.schema import schema_problems
+from runaudit import manifest as manifests
+from runaudit.hashing import hash_files, progress_bar
+from runaudit.ids import is_safe_id
+from runaudit.schema import schema_problems
 from runaudit.runners import RunnerError, existing_dir
 from runaudit.runners.box import Box, add_box_arguments, box_from_args
 from runaudit.runners.custody import Verification, write_receipt

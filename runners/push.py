@@ -18,7 +18,7 @@ import socket
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from runaudit.fixtures.hashing import sha256_file
+from runaudit.hashing import sha256_file
 from runaudit.runners import RunnerError
 from runaudit.runners.box import Box, add_box_arguments, box_from_args
 from runaudit.runners.ssh import Remote

@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import Any
 
 import runaudit
-from runaudit.fixtures import manifest as manifests
-from runaudit.fixtures.hashing import hash_before_fork
+from runaudit import manifest as manifests
+from runaudit.hashing import hash_before_fork
 from runaudit.fixtures.verdicts import AUDITS_DIR
 from runaudit.reports.document import report_stem
 

@@ -18,7 +18,7 @@ import torch
 
 from runaudit.examples.digits.build import DEMO_RUN_ID
 from runaudit.fixtures.checkpoints import CheckpointRefused, inspect
-from runaudit.fixtures.manifest import MANIFEST, RECEIPT
+from runaudit.manifest import MANIFEST, RECEIPT
 
 
 @pytest.fixture

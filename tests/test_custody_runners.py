@@ -13,9 +13,9 @@ import pytest
 
 from runaudit.cli import main
 from runaudit.examples.digits.build import DEMO_RUN_ID
-from runaudit.fixtures import hashing
-from runaudit.fixtures.manifest import MANIFEST, RECEIPT
-from runaudit.fixtures.schema import schema_problems
+from runaudit import hashing
+from runaudit.manifest import MANIFEST, RECEIPT
+from runaudit.schema import schema_problems
 from runaudit.runners.custody import receipt_status
 from runaudit.runners.suite import run_suites
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from jsonschema import Draft202012Validator
 
-from runaudit.fixtures.schema import SCHEMAS, load_schema
+from runaudit.schema import SCHEMAS, load_schema
 
 
 @pytest.mark.parametrize("name", SCHEMAS)

@@ -175,7 +175,7 @@ def ensure_demo(root: Path, *, progress: IO[str]) -> Path:
     receipt written once every custody audit passed (here producer and consumer share one folder).
     An interrupted build resumes at the step it did not finish; one builder runs at a time.
     """
-    from runaudit.fixtures.manifest import MANIFEST, RECEIPT, pulls_dir
+    from runaudit.manifest import MANIFEST, RECEIPT, pulls_dir
     from runaudit.runners.close import close_run
     from runaudit.runners.custody import write_receipt
     from runaudit.runners.manifest import build_manifest

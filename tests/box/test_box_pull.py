@@ -17,7 +17,7 @@ from sshbox import CHECKOUT, SshBox
 
 from runaudit.cli import main
 from runaudit.examples.digits.build import DEMO_RUN_ID
-from runaudit.fixtures.manifest import MANIFEST, RECEIPT
+from runaudit.manifest import MANIFEST, RECEIPT
 from runaudit.runners.remote_close import python_on_box
 from runaudit.runners.ssh import Remote
 
