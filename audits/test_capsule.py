@@ -12,11 +12,12 @@ from typing import Any
 
 import pytest
 
-from runaudit.ids import casefold_collisions, duplicates, is_safe_id
 from runaudit.fixtures.reader import CapsuleReader
 from runaudit.fixtures.run import DeclaredMetric, DeclaredTest, Run
-from runaudit.schema import schema_problems
 from runaudit.fixtures.verdicts import AuditRecorder
+from runaudit.ids import casefold_collisions, duplicates, is_safe_id
+from runaudit.safeio import is_regular, open_regular
+from runaudit.schema import schema_problems
 
 pytestmark = pytest.mark.custody
 
@@ -327,12 +328,13 @@ def _split_test_ids(
     if is_safe_id(split_id):
         rel = f"_trust/splits/{split_id}.parquet"
         manifest = run.trust_path("splits", f"{split_id}.parquet")
-        if manifest.is_file() and not manifest.is_symlink():
+        if is_regular(manifest):
             import pyarrow.compute as pc
             import pyarrow.parquet as pq
 
             try:
-                table = pq.read_table(manifest, columns=["sample_id", "split"])
+                with open_regular(manifest) as handle:  # a FIFO swapped in is refused, never waited on
+                    table = pq.read_table(handle, columns=["sample_id", "split"])
                 return table.filter(pc.equal(table.column("split"), test.split)).column("sample_id"), rel
             except Exception as exc:  # pyarrow raises several unrelated types for a bad file
                 # The manifest is the leakage audits' input; the scored test items still bound the selection.
@@ -447,7 +449,7 @@ def test_vis_decode(
     for rel in rels:
         *_, condition, role, _name = rel.split("/")
         try:
-            with Image.open(capsule.path(rel), formats=["PNG"]) as image:
+            with capsule.open(rel) as handle, Image.open(handle, formats=["PNG"]) as image:
                 image.load()
                 size = image.size
         except Exception as exc:  # Pillow signals bad data with several exception types

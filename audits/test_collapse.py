@@ -242,7 +242,7 @@ def _thumbnails(capsule: CapsuleReader, rels: list[str]) -> np.ndarray:
 
     images = []
     for rel in rels:
-        with Image.open(capsule.path(rel)) as image:
+        with capsule.open(rel) as handle, Image.open(handle) as image:
             grey = image.convert("L").resize((VIS_SIDE, VIS_SIDE), Image.Resampling.BILINEAR)
             images.append(np.asarray(grey, dtype=np.float32).ravel() / 255.0)
     return np.stack(images)

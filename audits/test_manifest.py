@@ -12,10 +12,11 @@ import pytest
 
 from runaudit import manifest as manifests
 from runaudit.fixtures.custody import Custody
-from runaudit.ids import duplicates, is_safe_id
 from runaudit.fixtures.run import Run
-from runaudit.schema import schema_problems
 from runaudit.fixtures.verdicts import AuditRecorder
+from runaudit.ids import duplicates, is_safe_id
+from runaudit.receipts import run_receipt
+from runaudit.schema import schema_problems
 
 pytestmark = pytest.mark.custody
 
@@ -93,8 +94,11 @@ def test_roster(run: Run, custody: Custody, audit: AuditRecorder) -> None:
 def test_path_safety(run: Run, custody: Custody, audit: AuditRecorder) -> None:
     manifest = custody.require_manifest(audit)
     paths = [entry.get("path") for entry in manifest.entries]
-    problems = [problem for path in paths for problem in manifests.path_problems(path)]
-    problems += manifests.collection_problems(str(path) for path in paths)
+    folders = manifest.empty_dirs
+    problems = [problem for path in [*paths, *folders] for problem in manifests.path_problems(path)]
+    problems += manifests.collection_problems([str(path) for path in paths], [str(path) for path in folders])
+    if custody.tree.detour:
+        problems.append(custody.tree.detour)
     problems += [f"{rel} is a symlink" for rel in custody.tree.symlinks]
     problems += [f"{rel} is a special file" for rel in custody.tree.specials]
     capsule = (run.holder / run.run_id).resolve()
@@ -154,22 +158,11 @@ def test_sha256(
 
 def test_receipt(run: Run, custody: Custody, audit: AuditRecorder) -> None:
     manifest = custody.require_manifest(audit)
-    found = manifests.receipt_of(manifest)
-    if found is None:
+    if manifests.receipt_of(manifest) is None:
         audit.not_run(
             f"pull {manifest.pull_id} has no {manifests.RECEIPT} yet: the pull has not been verified "
             "(`runaudit verify` writes it once every custody audit passes)"
         )
-    receipt, path = found
-    problems = schema_problems("receipt", receipt)
-    audit.require(not problems, f"run {run.run_id}: {path}: {_examples(problems)}", problems=problems)
-    audit.evidence(receipt=path, binds=receipt["manifest_sha256"], manifest_sha256=manifest.sha256)
-    audit.require(
-        receipt["manifest_sha256"] == manifest.sha256,
-        f"run {run.run_id}: {path} is stale: it binds manifest {receipt['manifest_sha256'][:16]}…, the current "
-        f"{manifests.MANIFEST} is {manifest.sha256[:16]}…; verify the pull again",
-    )
-    audit.require(
-        receipt["pull_id"] == manifest.pull_id and run.run_id in receipt.get("roster", [run.run_id]),
-        f"run {run.run_id}: {path} does not cover this run of pull {manifest.pull_id}",
-    )
+    found = run_receipt(run.root, run.run_id, pull_id=manifest.pull_id)
+    audit.evidence(receipt=found.path, pull_id=found.pull_id, manifest_sha256=manifest.sha256)
+    audit.require(found.current, "; ".join(found.problems), problems=list(found.problems))

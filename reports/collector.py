@@ -18,12 +18,30 @@ from typing import Any
 import pytest
 
 from runaudit.atomic import write_bytes_atomic, write_json_atomic
+from runaudit.fixtures.completeness import expected_custody
 from runaudit.fixtures.plugin import strict_mode
 from runaudit.fixtures.run import Run
 from runaudit.fixtures.verdicts import PROPERTY, Verdict, record_of
 from runaudit.reports import document, figures, html
 
 PREDRAW_WAIT_S = 60
+# How a session that pytest reports with these statuses ended, in the report's words.
+SESSION_ENDS = {
+    pytest.ExitCode.OK: document.SESSION_COMPLETED,
+    pytest.ExitCode.TESTS_FAILED: document.SESSION_COMPLETED,
+    pytest.ExitCode.NO_TESTS_COLLECTED: document.SESSION_COMPLETED,
+    pytest.ExitCode.INTERRUPTED: "interrupted",
+    pytest.ExitCode.INTERNAL_ERROR: "internal error",
+    pytest.ExitCode.USAGE_ERROR: "usage error",
+}
+
+
+def session_end(session: pytest.Session, exitstatus: int) -> str:
+    """Whether the session ran to its end: a stop after ``-x``/``--maxfail`` is not an end."""
+    ended = SESSION_ENDS.get(exitstatus, f"exit status {exitstatus}")
+    if ended == document.SESSION_COMPLETED and (session.shouldstop or session.shouldfail):
+        return f"stopped early: {session.shouldstop or session.shouldfail}"
+    return ended
 
 
 def junit_properties(record: dict[str, Any]) -> list[tuple[str, str]]:
@@ -48,6 +66,7 @@ class VerdictReport:
         self.started_utc = dt.datetime.now(dt.UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
         self.records: dict[str, dict[str, Any]] = {}
         self.written: list[Path] = []
+        self.teardown: dict[str, str] | None = None
         self.predraw: subprocess.Popen[bytes] | None = None
 
     @property
@@ -102,7 +121,19 @@ class VerdictReport:
             args=list(self.config.invocation_params.args),
             invocation_dir=self.config.invocation_params.dir,
             strict=strict_mode(self.config),
+            custody_gate={
+                "expected": expected_custody(self.run),
+                "session": session_end(session, exitstatus),
+            },
         )
+        self.teardown = doc["teardown"]
+        partial = any(item["gate_class"] == "custody" for item in doc["verdicts"]) and not doc["custody_ok"]
+        if (
+            partial
+            and doc["teardown"]["reason"].startswith("incomplete")
+            and exitstatus == pytest.ExitCode.OK
+        ):
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED  # a subset of the gate must not read as a pass
         stem = document.report_stem(self.run.run_id)
         folder = self.report_dir
         self.written = [write_json_atomic(folder / f"{stem}.json", doc)]
@@ -136,5 +167,9 @@ class VerdictReport:
                 )
             for line in declared_once.values():
                 terminalreporter.write_line(line)
+        if self.teardown is not None and self.teardown["reason"].startswith("incomplete"):
+            terminalreporter.write_line(
+                f"runaudit: safe to tear down? NO, {self.teardown['reason']}", red=True
+            )
         for path in self.written:
             terminalreporter.write_line(f"runaudit: wrote {path}")

@@ -21,6 +21,7 @@ from runaudit.reports.receipt import binding_receipt
 
 SCHEMA_VERSION = "runaudit.report/1"
 CUSTODY_OK = frozenset({Verdict.PASSED, Verdict.NOT_APPLICABLE})
+SESSION_COMPLETED = "completed"
 INDEX_STEM = "index"  # <report-dir>/index.html is the sweep index (reports/index.py)
 PACKAGES = (
     "pytest",
@@ -57,26 +58,70 @@ def environment() -> dict[str, Any]:
     }
 
 
-def custody_ok(verdicts: Iterable[Mapping[str, Any]]) -> bool:
-    """True only when custody audits ran and every one held: a gate that checked nothing fails."""
-    custody = [item["verdict"] for item in verdicts if item["gate_class"] == "custody"]
-    return bool(custody) and all(verdict in CUSTODY_OK for verdict in custody)
+def _local_custody(verdicts: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """Custody verdicts reached here.
+
+    A box's own custody audits (merged by ``runaudit audit``) judged the box's bytes, not the local copy
+    a teardown would leave behind.
+    """
+    return [
+        item for item in verdicts if item["gate_class"] == "custody" and item.get("where", "local") == "local"
+    ]
+
+
+def custody_gaps(doc: Mapping[str, Any]) -> list[str]:
+    """Custody audits that did not reach a verdict on every subject the run gives them."""
+    expected: Mapping[str, int] = (doc.get("custody_gate") or {}).get("expected", {})
+    reached = Counter(
+        audit for audit, _ in {(item["audit"], item["subject"]) for item in _local_custody(doc["verdicts"])}
+    )
+    return [
+        f"{audit} ({reached.get(audit, 0)} of {count})"
+        for audit, count in sorted(expected.items())
+        if reached.get(audit, 0) < count
+    ]
+
+
+def custody_ok(doc: Mapping[str, Any]) -> bool:
+    """True only when the whole custody gate ran to the end here and every verdict held.
+
+    A gate that checked nothing fails; so does one that checked a subset (``-k``, ``--deselect``, explicit
+    paths), or a session that ended early (Ctrl-C, ``-x``, an internal error, a crashed worker).
+    """
+    custody = _local_custody(doc["verdicts"])
+    complete = (doc.get("custody_gate") or {}).get("session") == SESSION_COMPLETED and not custody_gaps(doc)
+    return bool(custody) and complete and all(item["verdict"] in CUSTODY_OK for item in custody)
+
+
+def _shown(items: list[str]) -> str:
+    return ", ".join(items[:5]) + (f", ... ({len(items)} in all)" if len(items) > 5 else "")
 
 
 def teardown(doc: Mapping[str, Any]) -> dict[str, str]:
-    """The answer to "safe to tear the box down?": yes only on held custody audits and a current receipt."""
+    """The answer to "safe to tear the box down?": yes only on a complete, held custody gate and a current receipt."""
     if doc["origin"] == "active":
         return {
             "answer": "no",
             "reason": f"{doc['run_id']} is live in active/: close it, pull it and verify it first",
         }
-    custody = [item for item in doc["verdicts"] if item["gate_class"] == "custody"]
+    custody = _local_custody(doc["verdicts"])
     if not custody:
-        return {"answer": "no", "reason": "no custody audit ran (pytest --run=<id> -m custody)"}
+        return {"answer": "no", "reason": "no custody audit ran here (pytest --run=<id> -m custody)"}
     broken = sorted({item["audit"] for item in custody if item["verdict"] not in CUSTODY_OK})
     if broken:
-        shown = ", ".join(broken[:5]) + (f", ... ({len(broken)} in all)" if len(broken) > 5 else "")
-        return {"answer": "no", "reason": f"{len(broken)} custody audit(s) did not hold: {shown}"}
+        return {"answer": "no", "reason": f"{len(broken)} custody audit(s) did not hold: {_shown(broken)}"}
+    session = (doc.get("custody_gate") or {}).get("session", "unknown")
+    if session != SESSION_COMPLETED:
+        return {
+            "answer": "no",
+            "reason": f"incomplete: the session did not complete ({session}); the verdicts that arrived prove nothing about the rest",
+        }
+    if gaps := custody_gaps(doc):
+        return {
+            "answer": "no",
+            "reason": f"incomplete: {len(gaps)} custody audit(s) did not reach a verdict on every subject: "
+            f"{_shown(gaps)}; run the whole gate (pytest --run=<id> -m custody)",
+        }
     receipt = doc.get("receipt")
     if receipt is None:
         return {
@@ -95,7 +140,7 @@ def derive(doc: dict[str, Any]) -> dict[str, Any]:
     """Set what follows from the verdicts (summary, custody_ok, teardown): at build, and after a merge."""
     counts = Counter(item["verdict"] for item in doc["verdicts"])
     doc["summary"] = {verdict.value: counts.get(verdict.value, 0) for verdict in Verdict}
-    doc["custody_ok"] = custody_ok(doc["verdicts"])
+    doc["custody_ok"] = custody_ok(doc)
     doc["teardown"] = teardown(doc)
     return doc
 
@@ -128,6 +173,7 @@ def build(
     args: Sequence[str],
     invocation_dir: Path,
     strict: bool,
+    custody_gate: Mapping[str, Any],
 ) -> dict[str, Any]:
     headlines, headline_problems = facts.headline_metrics(run)
     doc = {
@@ -145,6 +191,7 @@ def build(
         "environment": environment(),
         "run_context": facts.run_context(run),
         "verdicts": sorted(map(_verdict, records), key=lambda item: (item["audit"], item["subject"])),
+        "custody_gate": dict(custody_gate),
         "receipt": binding_receipt(run),
         "tests": facts.declared_tests(run),
         "headlines": headlines,

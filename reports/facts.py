@@ -1,18 +1,20 @@
 """What the report quotes from the run itself: its declared tests and the headline numbers it claims.
 
 Read leniently, never trusted: a broken ``metrics.json`` is the capsule audits' business; here it only
-yields a problem line, so the report still shows every verdict.
+yields a problem line, so the report still shows every verdict. It is read as a regular file within a cap
+(:mod:`runaudit.safeio`): a FIFO in its place must not stall the report after every audit has run.
 """
 
 from __future__ import annotations
 
-import json
 import math
 from typing import Any
 
-from runaudit.ids import is_safe_id
 from runaudit.fixtures.run import Run
 from runaudit.fixtures.verdicts import jsonable
+from runaudit.ids import is_safe_id
+from runaudit.manifest import load_json
+from runaudit.safeio import read_regular
 
 MAX_METRICS_BYTES = 16 * 1024 * 1024
 
@@ -51,10 +53,8 @@ def headline_metrics(run: Run) -> tuple[list[dict[str, Any]], list[str]]:
         rel = f"{test.folder}/metrics.json"
         path = run.path / rel
         try:
-            if path.is_symlink() or path.stat().st_size > MAX_METRICS_BYTES:
-                raise ValueError("not a regular file of sane size")
-            document = json.loads(path.read_bytes())
-        except (OSError, ValueError) as exc:
+            document = load_json(read_regular(path, MAX_METRICS_BYTES))
+        except (OSError, ValueError) as exc:  # UnsafeFile: a link, FIFO or device, or past the cap
             problems.append(f"{rel} could not be read ({type(exc).__name__}): its numbers are not shown")
             continue
         listed = document.get("metrics") if isinstance(document, dict) else None

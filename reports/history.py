@@ -2,6 +2,8 @@
 
 The capsule audits judge the file; the page only draws it. A missing or unreadable file yields the
 reason instead of a plot. Non-finite values stay NaN (a gap in the line); the history audits say why.
+The file is read as a regular file within a cap (:mod:`runaudit.safeio`): a FIFO or a device in its place
+yields a reason too, instead of a report (or its pre-drawing child process) that never finishes.
 """
 
 from __future__ import annotations
@@ -11,6 +13,8 @@ import io
 import math
 from dataclasses import dataclass
 from pathlib import Path
+
+from runaudit.safeio import UnsafeFile, read_regular
 
 MAX_BYTES = 64 * 1024 * 1024
 MAX_POINTS = 4000  # per series; longer histories are thinned evenly, anomalies are drawn separately
@@ -56,12 +60,16 @@ def _plotted(header: list[str]) -> list[str]:
 def read_history(run_path: Path) -> History | str:
     """The plottable columns of ``train.csv``, or one line saying why there is nothing to plot."""
     path = run_path / "train.csv"
-    if path.is_symlink() or not path.is_file():
-        return "train.csv is absent"
-    if path.stat().st_size > MAX_BYTES:
-        return f"train.csv is larger than {MAX_BYTES // 2**20} MiB: not plotted"
     try:
-        rows = list(csv.reader(io.StringIO(path.read_bytes().decode("utf-8"))))
+        data = read_regular(path, MAX_BYTES)
+    except FileNotFoundError:
+        return "train.csv is absent"
+    except UnsafeFile as exc:  # a link, FIFO or device, or past the cap: the message says which
+        return f"train.csv is not plotted: {exc}"
+    except OSError as exc:
+        return f"train.csv cannot be read ({exc.strerror or exc})"
+    try:
+        rows = list(csv.reader(io.StringIO(data.decode("utf-8"))))
     except (UnicodeDecodeError, csv.Error) as exc:
         return f"train.csv is not readable CSV ({exc})"
     if len(rows) < 2 or "epoch" not in rows[0]:

@@ -1,6 +1,6 @@
 """The pull receipt (``_trust/pulls/<pull-id>/PULL_VERIFIED.json``) a teardown decision rests on.
 
-The page asks exactly what ``runaudit down`` asks (:func:`runaudit.runners.custody.receipt_status`), so the
+The page asks exactly what ``runaudit down`` asks (:func:`runaudit.receipts.receipt_status`), so the
 banner's "yes" and the teardown verb can never disagree; the receipt's own fields are quoted beside it.
 """
 
@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from runaudit import manifest as manifests
 from runaudit.fixtures.run import Run
+from runaudit.receipts import run_receipt
 
 
 def _text(value: Any) -> str | None:
@@ -17,23 +17,22 @@ def _text(value: Any) -> str | None:
 
 
 def binding_receipt(run: Run) -> dict[str, Any] | None:
-    """The receipt of the newest manifest naming the run, whether it is current, and why not; else None."""
-    from runaudit.runners.custody import receipt_status  # deferred: the runner module is only needed here
-
-    manifest = manifests.locate(run.root, run.run_id)
-    found = manifests.receipt_of(manifest) if manifest is not None else None
-    if found is None:
+    """The receipt of the manifest governing the run, whether it is current, and why not; else None."""
+    found = run_receipt(run.root, run.run_id)
+    if found.path is None or found.pull_id is None:
         return None
-    receipt, path = found
-    document = receipt if isinstance(receipt, dict) else {}
+    document = found.document or {}
     verifier = document.get("verifier")
-    status = receipt_status(run.root, [run.run_id])
+    try:
+        shown = found.path.relative_to(run.root).as_posix()
+    except ValueError:
+        shown = str(found.path)
     return {
-        "pull_id": manifest.pull_id,
-        "path": path.relative_to(run.root).as_posix(),
+        "pull_id": found.pull_id,
+        "path": shown,
         "verified_utc": _text(document.get("verified_utc")),
         "manifest_sha256": _text(document.get("manifest_sha256")),
         "verifier": _text(verifier.get("node")) if isinstance(verifier, dict) else None,
-        "current": status.ok,
-        "problem": "; ".join(status.problems) or None,
+        "current": found.current,
+        "problem": "; ".join(found.problems) or None,
     }

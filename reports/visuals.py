@@ -3,19 +3,22 @@
 The first samples of each test's fixed selection (never ranked by score, so the first few are a fair
 look) for every condition × role. Every path component must be a safe id and no symlink is followed;
 each image is decoded (bounded in pixels), shrunk to a thumbnail and re-encoded, within a byte budget.
+Files are read through :mod:`runaudit.safeio` (regular files only, within a cap): a FIFO or a device
+pulled from a box in a PNG's or a selection's place is skipped, never waited on.
 """
 
 from __future__ import annotations
 
 import base64
 import io
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from runaudit.ids import is_safe_id
+from runaudit.manifest import load_json
+from runaudit.safeio import read_regular
 
 SAMPLES = 6
 THUMBNAIL = 96  # px, the longer side
@@ -39,18 +42,16 @@ class Strip:
     note: str
 
 
-def _regular(path: Path, limit: int) -> bool:
-    return not path.is_symlink() and path.is_file() and path.stat().st_size <= limit
-
-
 def _selected(root: Path, selection_id: Any) -> list[str] | str:
     if not is_safe_id(selection_id):
         return "the test names no usable selection"
     path = root / "_trust" / "selections" / f"{selection_id}.json"
-    if not _regular(path, MAX_SELECTION_BYTES):
-        return f"_trust/selections/{selection_id}.json is absent"
     try:
-        ids = json.loads(path.read_bytes()).get("sample_ids")
+        data = read_regular(path, MAX_SELECTION_BYTES)
+    except OSError:  # absent, a link, a FIFO or device, or larger than a selection can be
+        return f"_trust/selections/{selection_id}.json is absent or not a regular file"
+    try:
+        ids = load_json(data).get("sample_ids")
     except (ValueError, AttributeError):
         ids = None
     if not isinstance(ids, list):
@@ -58,10 +59,10 @@ def _selected(root: Path, selection_id: Any) -> list[str] | str:
     return [item for item in ids if is_safe_id(item)][:SAMPLES]
 
 
-def _thumbnail(path: Path) -> bytes:
+def _thumbnail(data: bytes) -> bytes:
     from PIL import Image  # deferred: only the page embeds images
 
-    with Image.open(path, formats=["PNG"]) as image:
+    with Image.open(io.BytesIO(data), formats=["PNG"]) as image:
         if image.width * image.height > MAX_PIXELS:
             raise ValueError(f"{image.width}×{image.height} px is too large to embed")
         image.load()
@@ -82,10 +83,14 @@ class _Budget:
             return Thumb(None, "byte budget spent")
         if not path.resolve().is_relative_to(self.capsule):
             return Thumb(None, "resolves outside the capsule: not read")
-        if not _regular(path, MAX_SOURCE_BYTES):
-            return Thumb(None, "missing")
         try:
-            data = _thumbnail(path)
+            source = read_regular(path, MAX_SOURCE_BYTES)
+        except FileNotFoundError:
+            return Thumb(None, "missing")
+        except OSError:  # a link, a FIFO or device, or too large: nothing of it is embedded
+            return Thumb(None, f"not a regular file of at most {MAX_SOURCE_BYTES >> 20} MiB: not read")
+        try:
+            data = _thumbnail(source)
         except Exception as exc:  # Pillow signals bad data with several exception types
             return Thumb(None, f"does not decode ({type(exc).__name__})")
         uri = "data:image/png;base64," + base64.b64encode(data).decode("ascii")

@@ -24,8 +24,10 @@ from typing import Any
 from runaudit.atomic import fsync_dir, write_bytes_atomic, write_json_atomic
 from runaudit.hashing import sha256_file
 from runaudit.ids import is_safe_id
+from runaudit.manifest import load_json
 from runaudit.runners import RunnerError, existing_dir
 from runaudit.runners.suite import failures, run_suite
+from runaudit.safeio import JSON_CAP, read_regular
 
 CLOSURE_GATES = ("test_capsule.py", "test_checkpoint.py")
 SEALED = ("config.yaml", "train.csv", "best.pth", "last.pth")
@@ -116,11 +118,13 @@ def close_run(root: Path, run_id: str, *, log: Callable[[str], None] = lambda li
             "a re-run mints a new run id"
         )
     try:
-        draft = json.loads((active / "run.json").read_bytes())
+        draft = load_json(read_regular(active / "run.json", JSON_CAP))
     except FileNotFoundError:
         raise CloseError(
             f"close {run_id}: {active / 'run.json'} is missing; the producer must declare the run"
         ) from None
+    except OSError as exc:  # a FIFO, device or symlink in its place, or past the cap: never read
+        raise CloseError(f"close {run_id}: {exc}") from None
     except ValueError as exc:
         raise CloseError(f"close {run_id}: {active / 'run.json'} is not valid JSON ({exc})") from None
     if not isinstance(draft, dict):

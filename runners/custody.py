@@ -1,10 +1,13 @@
 """Receipts and independent acceptance: the custody audits, run fresh, turned into signed-off records.
 
-``runaudit verify`` writes ``PULL_VERIFIED.json`` only when every custody audit on every roster run
-passed, bound to the SHA-256 of the manifest it checked; a failed re-verification revokes an earlier
-receipt (renamed aside, never deleted). ``runaudit accept`` records the same verification made on a node
-other than the producer, and ``--compare`` checks that two acceptances agree on their scientific core.
-:func:`receipt_status` is the question ``down`` asks before any teardown.
+``runaudit verify`` writes ``PULL_VERIFIED.json`` only when every custody audit on every roster run was
+collected, reached a verdict and passed, bound to the SHA-256 of the manifest it checked, with the stat
+key of every file it verified (taken before the audits, checked unchanged after them); a failed
+re-verification revokes an earlier receipt (renamed aside, never deleted). ``runaudit accept`` records the
+same verification made on a node other than the producer, and ``--compare`` checks that two acceptances
+agree on their scientific core. Whether a receipt is current is decided in one place,
+:func:`runaudit.receipts.receipt_status`. Only these two verbs write under ``_trust/pulls/<pull>/``
+besides ``pull`` copying the manifest itself.
 """
 
 from __future__ import annotations
@@ -15,20 +18,20 @@ import json
 import os
 import socket
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import runaudit
-from runaudit.atomic import write_json_atomic
 from runaudit import manifest as manifests
-from runaudit.schema import schema_problems
+from runaudit.atomic import write_json_atomic
+from runaudit.ids import is_safe_id
+from runaudit.receipts import ACCEPTANCE_VERSION, RECEIPT_VERSION, snapshot
 from runaudit.runners import RunnerError, existing_dir
 from runaudit.runners.suite import failures, run_suites
+from runaudit.schema import schema_problems
 
-RECEIPT_VERSION = "runaudit.receipt/1"
-ACCEPTANCE_VERSION = "runaudit.acceptance/1"
 # The receipt audit is what this verification produces, so it cannot be one of its inputs.
 VERIFY_ARGS = ("-m", "custody", "--fresh-hashes", "-k", "not test_receipt")
 
@@ -47,6 +50,7 @@ class Verification:
     holder: Path
     problems: list[str] = field(default_factory=list)
     checkpoints: dict[str, dict[str, Any]] = field(default_factory=dict)
+    stat_keys: dict[str, Any] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -54,14 +58,15 @@ class Verification:
 
 
 def load_manifest(root: Path, pull_id: str) -> manifests.ManifestFile:
+    """The pull's manifest, refused unless it is usable as a whole (:func:`manifests.manifest_problems`)."""
+    if not is_safe_id(pull_id):
+        raise RunnerError(f"pull id {pull_id!r} is not a safe id (^[A-Za-z0-9][A-Za-z0-9._-]*$)")
     path = manifests.pulls_dir(root) / pull_id / manifests.MANIFEST
-    if path.is_symlink() or not path.is_file():
+    if not os.path.lexists(path):
         raise RunnerError(f"pull {pull_id}: {path} does not exist (copy it from the producer first)")
     manifest = manifests.read_manifest(path)
-    if manifest.problem:
-        raise RunnerError(f"pull {pull_id}: {manifest.problem}")
-    if problems := schema_problems("pull", manifest.document):
-        raise RunnerError(f"pull {pull_id}: {path} is not a runaudit.pull/1 manifest: {problems[0]}")
+    if problems := manifests.manifest_problems(manifest):
+        raise RunnerError(f"pull {pull_id}: {path} is not a usable runaudit.pull/1 manifest: {problems[0]}")
     return manifest
 
 
@@ -91,6 +96,8 @@ def verify_pull(root: Path, pull_id: str, *, log: Callable[[str], None] = print)
 
     for run_id in present:
         log(f"verify {pull_id}: auditing {run_id} at {holder / run_id}")
+    listed = [entry["path"] for run_id in present for entry in manifest.entries_of(run_id)]
+    before = snapshot(holder, listed)
     suites = run_suites([holder / run_id for run_id in present], root, args=(*VERIFY_ARGS, "--pull", pull_id))
     for run_id in present:
         report, output = suites[holder / run_id]
@@ -98,6 +105,8 @@ def verify_pull(root: Path, pull_id: str, *, log: Callable[[str], None] = print)
             verification.problems.append(f"run {run_id}: {output}")
             continue
         verification.problems += [f"run {run_id}: {line}" for line in failures(report)]
+        if not report["custody_ok"]:
+            verification.problems.append(f"run {run_id}: {report['teardown']['reason']}")
         for item in report["verdicts"]:
             if item["audit"] == "checkpoint.safe_load" and item["verdict"] == "passed":
                 evidence = item["evidence"]
@@ -107,6 +116,11 @@ def verify_pull(root: Path, pull_id: str, *, log: Callable[[str], None] = print)
                     "numel": evidence["numel"],
                     "safe_load": True,
                 }
+    after = snapshot(holder, listed)
+    verification.problems += [
+        f"{holder / rel} changed while it was being verified" for rel in listed if before[rel] != after[rel]
+    ]
+    verification.stat_keys = before
     if manifests.read_manifest(manifest.path).sha256 != manifest.sha256:
         verification.problems.append(f"{manifest.path} changed while it was being verified")
     return verification
@@ -121,9 +135,11 @@ def _record(verification: Verification, version: str, node: str | None) -> dict[
         "verifier": _node(node),
         "verified_utc": utc_now(),
         "roster": list(document["roster"]),
+        "holder": verification.holder.name,
         "files": document["totals"]["files"],
         "bytes": document["totals"]["bytes"],
         "checkpoints": dict(sorted(verification.checkpoints.items())),
+        "stat_keys": verification.stat_keys,
     }
 
 
@@ -138,37 +154,6 @@ def write_receipt(root: Path, pull_id: str, *, log: Callable[[str], None] = prin
         os.rename(receipt, revoked)
         log(f"verify {pull_id}: an earlier receipt no longer holds; moved it to {revoked}")
     return verification
-
-
-@dataclass(frozen=True)
-class ReceiptStatus:
-    ok: bool
-    problems: list[str]
-
-
-def receipt_status(root: Path, run_ids: Iterable[str]) -> ReceiptStatus:
-    """Is there a current receipt for every run in this roster? (``down`` asks before any teardown.)"""
-    problems = []
-    run_ids = list(run_ids)
-    if not run_ids:
-        return ReceiptStatus(False, ["the roster is empty: no teardown can rest on it"])
-    for run_id in run_ids:
-        manifest = manifests.locate(root, run_id)
-        if manifest is None:
-            problems.append(f"run {run_id}: no pull manifest names it")
-            continue
-        found = manifests.receipt_of(manifest)
-        if found is None:
-            problems.append(f"run {run_id}: pull {manifest.pull_id} has no receipt")
-            continue
-        receipt, path = found
-        if schema_problems("receipt", receipt):
-            problems.append(f"run {run_id}: {path} is not a valid receipt")
-        elif receipt["manifest_sha256"] != manifest.sha256:
-            problems.append(f"run {run_id}: {path} binds an older manifest than {manifest.path}")
-        elif run_id not in receipt.get("roster", []):
-            problems.append(f"run {run_id}: {path} does not cover it")
-    return ReceiptStatus(not problems, problems)
 
 
 def accept(

@@ -1,16 +1,33 @@
-"""``runaudit down``: the teardown gate. It stops nothing unless every byte is proven home.
+"""``runaudit down``: the teardown gate. It stops nothing unless every run on the box is proven home or
+knowingly abandoned.
 
-In order, and refusing at the first failure:
+The box is named as for every remote verb (``--host/--port/--user/--identity/--known-hosts
+--remote-root``; strict host keys, secrets by name only). Over one SSH connection ``down`` first takes
+the box's inventory under the remote root: ``active/*`` (live runs), ``export/*``, ``export/.partial/*``
+(an interrupted close), ``export/hardware/*`` and ``quarantine/*`` (``<id>--<attempt>`` maps back to
+``<id>``). A box it cannot list (a transport failure, a refused host key, a remote root that does not
+exist) is a refusal, never an approval. Names from the box are untrusted: only a safe id is looked up
+among the local receipts (whose own manifests name the folders checked), never joined to a local path
+by itself; any other name is shown escaped (``repr``) and can only be abandoned, by exactly that name.
 
-1. a current receipt (``PULL_VERIFIED.json`` bound to the current manifest) for every roster run;
+Then, in order, refusing at the first failure:
+
+1. every run found on the box and every run named with ``--run``/``--roster`` (default: the inventory)
+   has a current receipt over bytes still present here (:func:`runaudit.receipts.receipt_status`, which
+   re-hashes any file changed since it was verified), or is named with ``--abandon ID`` (an unsafe name
+   by exactly that name; one naming nothing on the box, or a run also named, is refused); an empty
+   inventory with no run named proves nothing about the remote root;
 2. the profile's teardown plan is shown: the meter-stop verb, what it deletes, whether it can be undone,
-   the other steps and the billables that outlive it, and every danger clock;
+   the other steps and the billables that outlive it, and every danger clock (a profile whose teardown
+   differs per member needs the member first);
 3. an irreversible verb whose governing fact is stamped more than six months ago needs
    ``--facts-reverified`` (re-check the provider's docs first);
 4. ``--confirm <target>`` must repeat ``--target`` exactly.
 
-Only then, and only if the profile defines a command for its meter-stop verb, is that command run;
-otherwise ``down`` says what to do in the console and how to prove it landed.
+Only then is the teardown record ``<root>/_trust/teardowns/<target>-<UTC stamp>.json`` written
+atomically (the box, its inventory, each run's receipt, the abandoned runs), and only then, and only if
+the profile defines a command for its meter-stop verb, is that command run; otherwise ``down`` says what
+to do in the console and how to prove it landed.
 """
 
 from __future__ import annotations
@@ -18,19 +35,237 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import functools
+import re
+import shlex
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
+import runaudit
+from runaudit.atomic import write_json_atomic
+from runaudit.ids import is_safe_id
+from runaudit.receipts import RunReceipt, receipt_status
 from runaudit.runners import RunnerError, existing_dir
-from runaudit.runners.custody import receipt_status
+from runaudit.runners.box import Box, add_box_arguments, box_from_args
 from runaudit.runners.manifest import parse_roster
-from runaudit.runners.profiles import Profile, load_profile
+from runaudit.runners.profiles import Profile
+from runaudit.runners.ssh import UNKNOWN_STATE, Remote
+
+RECORD_VERSION = "runaudit.teardown/1"
+NOTHING_STOPPED = "nothing was stopped"
+# Where runs live on the box, and what being there means. Order is the order they are reported in.
+AREAS: Mapping[str, str] = {
+    "active": "live",
+    "export": "sealed",
+    "export/.partial": "closing, interrupted",
+    "export/hardware": "sealed",
+    "quarantine": "quarantined",
+}
+# Entries of an area that belong to the harness, not to a run: the sub-areas and close's lock file.
+HOUSEKEEPING = {
+    ("export", ".partial"): ("dir", "link-dir"),
+    ("export", "hardware"): ("dir", "link-dir"),
+    ("export", ".close.lock"): ("file",),
+}
+# close.py names a quarantined attempt ``<run id>--<attempt id>`` (new_attempt_id: 20260101T000000Z-abc123).
+QUARANTINED = re.compile(r"^(?P<run>.+)--\d{8}T\d{6}Z-[0-9a-f]{6}$", re.DOTALL)
+
+# POSIX sh, read-only. Every name goes back hex-encoded (a name may hold a newline or any byte), and a
+# final sentinel shows that the answer was not cut short. Symlinked areas are followed (a data disk).
+INVENTORY = r"""
+if [ ! -d "$R" ]; then echo "root=missing"; echo "inventory=complete"; exit 0; fi
+echo "root=present"
+for area in active export export/.partial export/hardware quarantine; do
+  d="$R/$area"
+  if [ ! -e "$d" ] && [ ! -L "$d" ]; then echo "area $area absent"; continue; fi
+  if [ ! -d "$d" ] || [ ! -r "$d" ] || [ ! -x "$d" ]; then echo "area $area unreadable"; continue; fi
+  echo "area $area present"
+  for p in "$d"/* "$d"/.[!.]* "$d"/..?*; do
+    if [ ! -e "$p" ] && [ ! -L "$p" ]; then continue; fi
+    if [ -L "$p" ] && [ -d "$p" ]; then kind=link-dir
+    elif [ -L "$p" ]; then kind=link
+    elif [ -d "$p" ]; then kind=dir
+    elif [ -f "$p" ]; then kind=file
+    else kind=other; fi
+    hex=$(printf '%s' "${p##*/}" | od -An -v -tx1 | tr -d ' \n')
+    echo "entry $area $kind $hex"
+  done
+done
+echo "inventory=complete"
+"""
 
 
 class Refused(RunnerError):
     """``down`` did nothing; the message says why and what would unblock it."""
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One thing found in an area on the box. ``name`` is untrusted: it is compared, never a local path."""
+
+    area: str
+    name: str  # decoded with surrogateescape, so any byte round-trips to an exact ``--abandon``
+    kind: str
+
+    @property
+    def run_id(self) -> str | None:
+        """The run this entry belongs to, or None when its name is not a safe id."""
+        match = QUARANTINED.match(self.name) if self.area == "quarantine" else None
+        if match and is_safe_id(match["run"]):
+            return match["run"]
+        return self.name if is_safe_id(self.name) else None
+
+    @property
+    def key(self) -> str:
+        """What covers it: a receipt for ``run_id``, or ``--abandon`` naming exactly this key."""
+        return self.run_id or self.name
+
+    @property
+    def where(self) -> str:
+        """``active/`` or ``quarantine/d4--<attempt>``, and what being there means."""
+        place = f"{self.area}/"
+        if self.area == "quarantine" and self.run_id is not None and self.run_id != self.name:
+            place += self.name
+        detail = AREAS[self.area] if self.kind in ("dir", "link-dir") else f"{AREAS[self.area]}, {self.kind}"
+        return f"{place}, {detail}"
+
+    def as_record(self) -> dict[str, Any]:
+        name = self.name if is_safe_id(self.name) else repr(self.name)
+        return {
+            "area": self.area,
+            "name": name,
+            "run": shown(self.key),
+            "kind": self.kind,
+            "state": AREAS[self.area],
+        }
+
+
+@dataclass(frozen=True)
+class Inventory:
+    """What the box holds under its remote root, as one listing saw it."""
+
+    box: str  # the endpoint label, user@host:port
+    root: str
+    entries: tuple[Entry, ...] = ()
+
+    def by_run(self) -> dict[str, list[Entry]]:
+        found: dict[str, list[Entry]] = {}
+        for entry in self.entries:
+            found.setdefault(entry.key, []).append(entry)
+        return found
+
+
+@dataclass(frozen=True)
+class Approval:
+    """What the teardown rests on: the receipt behind each run and the runs knowingly abandoned."""
+
+    inventory: Inventory
+    named: list[str]
+    receipts: dict[str, RunReceipt] = field(default_factory=dict)
+    abandoned: list[str] = field(default_factory=list)
+
+
+def shown(key: str) -> str:
+    """A run as a message shows it: a safe id as is, anything else escaped."""
+    return key if is_safe_id(key) else repr(key)
+
+
+def parse_inventory(text: str, box: str, root: str) -> Inventory:
+    """The listing's answer as an :class:`Inventory`; a :class:`Refused` when it proves nothing."""
+    lines = text.splitlines()
+    cannot = f"down refused: cannot inventory the box {box} under {root}"
+    if "inventory=complete" not in lines:
+        raise Refused(f"{cannot} (its answer was cut short); {NOTHING_STOPPED}")
+    if "root=missing" in lines:
+        raise Refused(
+            f"down refused: {root} does not exist on {box}; nothing proves the remote root is right "
+            f"(check --remote-root); {NOTHING_STOPPED}"
+        )
+    entries: list[Entry] = []
+    for line in lines:
+        words = line.split(" ")
+        if words[0] == "area" and len(words) == 3 and words[2] == "unreadable":
+            raise Refused(f"{cannot} ({root}/{words[1]} cannot be listed); {NOTHING_STOPPED}")
+        if words[0] != "entry":
+            continue
+        if len(words) != 4 or words[1] not in AREAS:
+            raise Refused(f"{cannot} (an unexpected listing line {line[:80]!r}); {NOTHING_STOPPED}")
+        try:
+            name = bytes.fromhex(words[3]).decode("utf-8", "surrogateescape")
+        except ValueError:
+            raise Refused(f"{cannot} (an undecodable name {words[3][:80]!r}); {NOTHING_STOPPED}") from None
+        if words[2] not in HOUSEKEEPING.get((words[1], name), ()):
+            entries.append(Entry(words[1], name, words[2]))
+    return Inventory(box, root, tuple(entries))
+
+
+def inventory_command(box: Box) -> str:
+    return f"R={shlex.quote(str(box.root))}\n{INVENTORY}"
+
+
+def take_inventory(box: Box) -> Inventory:
+    """List the box's runs over one SSH connection; any failure to list is a refusal, never an empty box."""
+    label, root = box.endpoint.label, str(box.root)
+    try:
+        with Remote(box.endpoint) as remote:
+            answer = remote.run(inventory_command(box), timeout=120)
+    except RunnerError as exc:  # a TransportError, or a named passphrase variable that is not set
+        reason = str(exc).removesuffix(f"; {UNKNOWN_STATE}")
+        raise Refused(
+            f"down refused: cannot inventory the box {label} under {root} ({reason}); {NOTHING_STOPPED}"
+        ) from None
+    if not answer.ok:
+        raise Refused(
+            f"down refused: cannot inventory the box {label} under {root} (the listing exited "
+            f"{answer.exit_code}: {answer.tail(2)}); {NOTHING_STOPPED}"
+        )
+    return parse_inventory(answer.stdout, label, root)
+
+
+def coverage(root: Path, named: Sequence[str], inventory: Inventory, abandon: Iterable[str]) -> Approval:
+    """Step 1: every run on the box or named has a current receipt, or is explicitly abandoned."""
+    found = inventory.by_run()
+    abandoned = list(dict.fromkeys(abandon))
+    if not named and not found:
+        raise Refused(
+            f"down refused: the box {inventory.box} holds no run under {inventory.root} (active/, export/, "
+            "quarantine/ are empty or absent) and no run was named: nothing proves the remote root is "
+            f"right (check --remote-root, or name the runs with --run); {NOTHING_STOPPED}"
+        )
+    if both := [key for key in abandoned if key in named]:
+        raise Refused(
+            f"down refused: {', '.join(map(shown, both))} is both named as proven home and abandoned; "
+            f"drop one; {NOTHING_STOPPED}"
+        )
+    if stray := [key for key in abandoned if key not in found]:
+        raise Refused(
+            f"down refused: --abandon {', '.join(map(shown, stray))} names nothing on {inventory.box} under "
+            f"{inventory.root}; check --remote-root and the exact name; {NOTHING_STOPPED}"
+        )
+    wanted = [key for key in dict.fromkeys([*named, *found]) if key not in abandoned]
+    checked = [key for key in wanted if is_safe_id(key)]
+    status = receipt_status(root, checked, check_bytes=True) if checked else None
+    uncovered: list[str] = []
+    for key in wanted:
+        places = "; ".join(entry.where for entry in found[key]) if key in found else "named, not on the box"
+        if not is_safe_id(key):
+            why = "not a safe run id, so no receipt can cover it; abandon it by this exact name"
+        elif status is not None and (problems := status.runs[key].problems):
+            why = "; ".join(line.removeprefix(f"run {key}: ") for line in problems)
+        else:
+            continue
+        uncovered.append(f"{shown(key)} ({places}): {why}")
+    if uncovered:
+        raise Refused(
+            f"down refused: no current receipt for every run on the box or named: {' | '.join(uncovered)}; "
+            f"pull and verify them (runaudit pull), or pass --abandon ID for a run you accept losing; "
+            f"{NOTHING_STOPPED}"
+        )
+    receipts = status.runs if status is not None else {}
+    return Approval(inventory, list(named), dict(receipts), abandoned)
 
 
 def plan_lines(profile: Profile, target: str, today: dt.date) -> list[str]:
@@ -55,28 +290,31 @@ def plan_lines(profile: Profile, target: str, today: dt.date) -> list[str]:
 
 def gate(
     root: Path,
-    roster: list[str],
+    roster: Sequence[str],
     profile: Profile,
     target: str,
     confirm: str | None,
     *,
+    inventory: Inventory,
+    abandon: Iterable[str] = (),
     facts_reverified: bool = False,
     today: dt.date | None = None,
     say: Callable[[str], None] = print,
-) -> None:
-    """Raise :class:`Refused` unless every condition of the module docstring holds."""
-    status = receipt_status(root, roster)
-    if not status.ok:
-        raise Refused(
-            f"down refused: no current receipt for every roster run ({'; '.join(status.problems)}); "
-            "pull and verify first (runaudit pull); nothing was stopped"
-        )
+) -> Approval:
+    """Raise :class:`Refused` unless every condition of the module docstring holds; else what it rests on.
+
+    The inventory is a parameter so the plan logic can be exercised without a box; the command line
+    always takes it from the box itself (:func:`take_inventory`).
+    """
+    approval = coverage(root, roster, inventory, abandon)
     if profile.needs_member:
         members = ", ".join(f"{profile.platform}:{name}" for name in profile.members)
         raise Refused(f"down refused: {profile.name}'s teardown differs per member; pass one of {members}")
     today = today or dt.date.today()
     for line in plan_lines(profile, target, today):
         say(line)
+    if approval.abandoned:
+        say(f"  ABANDONED, lost with the box: {', '.join(map(shown, approval.abandoned))}")
     meter = profile.meter_stop
     stale = {stamp.fact for stamp in profile.stale_stamps(today)}
     if meter.reversible is False and meter.fact in stale and not facts_reverified:
@@ -92,6 +330,45 @@ def gate(
         raise Refused(
             f"down refused: --confirm {confirm!r} does not name the target {target!r}; nothing done"
         )
+    return approval
+
+
+def record_path(root: Path, target: str, now: dt.datetime) -> Path:
+    """``_trust/teardowns/<target>-<stamp>.json``; the target is reduced to a safe file name, never a path."""
+    name = re.sub(r"[^A-Za-z0-9._-]", "_", target).lstrip(".-") or "target"
+    folder = root / "_trust" / "teardowns"
+    stem = f"{name}-{now:%Y%m%dT%H%M%SZ}"
+    path, n = folder / f"{stem}.json", 1
+    while path.exists() or path.is_symlink():  # two approvals in one second keep both records
+        n += 1
+        path = folder / f"{stem}-{n}.json"
+    return path
+
+
+def write_record(
+    root: Path, approval: Approval, profile: Profile, target: str, *, now: dt.datetime | None = None
+) -> Path:
+    """The teardown record: what was approved, against which box, resting on which receipts."""
+    now = now or dt.datetime.now(dt.UTC)
+    inventory = approval.inventory
+    document = {
+        "schema_version": RECORD_VERSION,
+        "target": target,
+        "profile": profile.name,
+        "box": inventory.box,
+        "remote_root": inventory.root,
+        "approved_utc": now.isoformat(timespec="seconds").replace("+00:00", "Z"),
+        "runaudit_version": runaudit.__version__,
+        "inventory": [entry.as_record() for entry in inventory.entries],
+        "named": list(approval.named),
+        "roster": list(approval.receipts),
+        "receipts": {
+            run_id: {"pull_id": found.pull_id, "receipt": str(found.path)}
+            for run_id, found in approval.receipts.items()
+        },
+        "abandoned": [shown(key) for key in approval.abandoned],
+    }
+    return write_json_atomic(record_path(root, target, now), document)
 
 
 def teardown(profile: Profile, target: str, *, say: Callable[[str], None] = print) -> int:
@@ -132,37 +409,61 @@ def _roster(args: argparse.Namespace) -> list[str]:
         except (OSError, UnicodeDecodeError) as exc:
             raise Refused(f"down refused: cannot read the roster {args.roster}: {exc}") from None
         return parse_roster(text, str(args.roster))
-    return parse_roster("\n".join(args.run), "--run")
+    return parse_roster("\n".join(args.run), "--run") if args.run else []
 
 
 def _main(args: argparse.Namespace) -> int:
-    profile = load_profile(args.profile)
+    roster = _roster(args)
+    box = box_from_args(args)
+    assert box.profile is not None  # --profile is required
     say = functools.partial(print, file=sys.stderr)
-    gate(
+    inventory = take_inventory(box)
+    approval = gate(
         args.root,
-        _roster(args),
-        profile,
+        roster,
+        box.profile,
         args.target,
         args.confirm,
+        inventory=inventory,
+        abandon=args.abandon,
         facts_reverified=args.facts_reverified,
         say=say,
     )
-    return teardown(profile, args.target, say=say)
+    record = write_record(args.root, approval, box.profile, args.target)
+    print(f"down {args.target}: approved; teardown record {record}")
+    return teardown(box.profile, args.target, say=say)
 
 
 def add_verb(verbs: argparse._SubParsersAction) -> None:
     parser = verbs.add_parser(
-        "down", help="the teardown gate: refuses without a receipt for every run and an explicit --confirm"
+        "down",
+        help="the teardown gate: refuses unless every run on the box has a receipt (or is abandoned) "
+        "and --confirm names the target",
     )
+    add_box_arguments(parser)
+    for action in parser._actions:  # the box's --profile is also the teardown plan's, so here it is required
+        if "--profile" in action.option_strings:
+            action.required = True
+            action.help = "the platform profile (e.g. runpod, china:gpushare, or a .toml file)"
     parser.add_argument(
         "--root", type=existing_dir, required=True, help="local project root holding the receipts"
     )
-    roster = parser.add_mutually_exclusive_group(required=True)
+    roster = parser.add_mutually_exclusive_group()
     roster.add_argument("--roster", type=Path, help="file: one run id per line (# comments)")
     roster.add_argument(
-        "--run", action="append", default=[], metavar="RUN_ID", help="a roster run (repeatable)"
+        "--run",
+        action="append",
+        default=[],
+        metavar="RUN_ID",
+        help="a run that must be proven home (repeatable; default: every run found on the box)",
     )
-    parser.add_argument("--profile", required=True, help="the platform profile (e.g. runpod, china:gpushare)")
+    parser.add_argument(
+        "--abandon",
+        action="append",
+        default=[],
+        metavar="ID",
+        help="a run on the box you accept losing, by its exact name (repeatable); recorded",
+    )
     parser.add_argument(
         "--target", required=True, help="what would be stopped: the instance, pod or box name"
     )

@@ -24,8 +24,8 @@ from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
 from runaudit.atomic import write_atomic
-from runaudit.ids import is_safe_id
 from runaudit.fixtures.perceptual_hash import phash_file
+from runaudit.ids import is_safe_id
 from runaudit.runners import RunnerError
 
 if TYPE_CHECKING:

@@ -14,8 +14,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 import runaudit
-from runaudit.atomic import write_json_atomic
 from runaudit import manifest as manifests
+from runaudit.atomic import write_json_atomic
 from runaudit.hashing import hash_files, progress_bar
 from runaudit.ids import casefold_collisions, duplicates, is_safe_id
 from runaudit.runners import RunnerError, existing_dir

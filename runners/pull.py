@@ -1,33 +1,43 @@
 """``runaudit pull``: bring a pull's capsules home, resumably, and let the custody audits decide.
 
-1. Copy the producer's ``_trust/pulls/<id>/PULL_MANIFEST.json`` from the box (a manifest is immutable:
-   a local copy with other bytes is refused).
+1. Read the producer's ``_trust/pulls/<id>/PULL_MANIFEST.json`` from the box and check it as a whole
+   (schema, every file and empty-folder path, roster, totals) before anything is written; then keep it
+   as the local copy (a manifest is immutable: a local copy with other bytes is refused).
 2. For each roster run, compare the local ``runs/<id>`` with the manifest: only files that are missing,
    of another size, or of another SHA-256 are fetched, with ``rsync --partial`` (an interrupted pull
-   keeps what arrived; the same command resumes it).
-3. ``runaudit verify``: the custody audits on every roster run; ``PULL_VERIFIED.json`` is written only
+   keeps what arrived; the same command resumes it). Nothing is written through a symlinked folder.
+3. The ``_trust`` selections and split manifests the runs bind: each id must be a safe id before a path
+   is built from it; they arrive in a staging folder, and only regular files at exactly the expected
+   names are moved into ``_trust/selections/`` and ``_trust/splits/``. ``pull`` writes nothing else under
+   ``_trust/``: receipts are written only by a local ``verify``.
+4. ``runaudit verify``: the custody audits on every roster run; ``PULL_VERIFIED.json`` is written only
    when all of them pass. A transfer never decides success; the manifest and the audits do.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
+import os
+import shutil
 import sys
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 
-from runaudit.atomic import write_bytes_atomic
 from runaudit import manifest as manifests
+from runaudit.atomic import write_bytes_atomic
 from runaudit.hashing import hash_files, progress_bar
 from runaudit.ids import is_safe_id
-from runaudit.schema import schema_problems
 from runaudit.runners import RunnerError, existing_dir
 from runaudit.runners.box import Box, add_box_arguments, box_from_args
 from runaudit.runners.custody import Verification, write_receipt
 from runaudit.runners.ssh import Remote
 from runaudit.runners.transfer import remote_path, rsync
+from runaudit.safeio import JSON_CAP, is_regular, read_regular
+
+# The _trust records a capsule binds by id (and by hash, which the capsule audits check): folder, suffix.
+BOUND_RECORDS = {"selections": ".json", "splits": ".parquet"}
 
 
 @dataclass
@@ -56,25 +66,26 @@ def fetch_manifest(box: Box, root: Path, pull_id: str) -> manifests.ManifestFile
                 "(runaudit manifest --root ROOT --roster FILE --pull-id ID)"
             ) from None
     target = manifests.pulls_dir(root) / pull_id / manifests.MANIFEST
-    if target.is_symlink() or (target.exists() and target.read_bytes() != data):
+    manifest = manifests.parse_manifest(target, data)
+    if problems := manifests.manifest_problems(manifest):
         raise RunnerError(
-            f"pull {pull_id}: {target} already holds another manifest than the box's; a manifest is "
-            "immutable, so a changed one needs a new pull id"
+            f"pull {pull_id}: the manifest from the box is not usable: {problems[0]}; nothing was written"
         )
-    if not target.exists():
+    for folder in (manifests.pulls_dir(root).parent, manifests.pulls_dir(root), target.parent):
+        if folder.is_symlink():
+            raise RunnerError(f"pull {pull_id}: {folder} is a symlink; refusing to write through it")
+    if os.path.lexists(target):
+        try:
+            same = read_regular(target, JSON_CAP) == data
+        except OSError:
+            same = False
+        if not same:
+            raise RunnerError(
+                f"pull {pull_id}: {target} already holds another manifest than the box's; a manifest is "
+                "immutable, so a changed one needs a new pull id"
+            )
+    else:
         write_bytes_atomic(target, data)
-    manifest = manifests.read_manifest(target)
-    problems = [manifest.problem] if manifest.problem else schema_problems("pull", manifest.document)
-    paths = [str(entry.get("path")) for entry in manifest.entries]
-    problems += [problem for path in paths for problem in manifests.path_problems(path)]
-    problems += manifests.collection_problems(paths)
-    problems += [
-        f"{path} is outside the roster" for path in paths if path.split("/", 1)[0] not in manifest.roster
-    ]
-    if not manifest.roster:
-        problems.append("the roster is empty")
-    if problems:
-        raise RunnerError(f"pull {pull_id}: the manifest from the box is not usable: {problems[0]}")
     return manifest
 
 
@@ -97,28 +108,67 @@ def stale_files(runs: Path, manifest: manifests.ManifestFile) -> tuple[list[str]
     return sorted(stale), len(manifest.entries)
 
 
-def referenced_records(runs: Path, roster: list[str]) -> list[str]:
-    """``_trust/`` records the pulled runs bind by id and hash: their selections and split manifests.
+def bound_records(runs: Path, roster: list[str]) -> list[str]:
+    """``_trust/`` records the pulled runs bind by id and hash, as ``<folder>/<id><suffix>``.
 
-    The capsule audits need them on this side too; run.json's hashes, checked by those audits, are what
-    make fetching them safe. A record already here is never replaced.
+    Ids come from the box's run.json, so an id that is not a safe id (``../pulls/x/PULL_VERIFIED``) names
+    nothing: it is dropped before any path is built, and the capsule audits report it. A record already
+    here is never replaced.
     """
     wanted: set[str] = set()
     for run_id in roster:
         try:
-            declared = json.loads((runs / run_id / "run.json").read_bytes())
+            declared = manifests.load_json(read_regular(runs / run_id / "run.json", JSON_CAP))
         except (OSError, ValueError):
             continue  # the capsule audits report an unreadable run.json
         if not isinstance(declared, dict):
             continue
         selections = declared.get("selections") if isinstance(declared.get("selections"), list) else []
-        wanted |= {
-            f"selections/{item.get('selection_id')}.json" for item in selections if isinstance(item, dict)
-        }
+        ids = {"selections": [item.get("selection_id") for item in selections if isinstance(item, dict)]}
         split = declared.get("split") if isinstance(declared.get("split"), dict) else {}
-        wanted.add(f"splits/{split.get('split_id')}.parquet")
+        ids["splits"] = [split.get("split_id")]
+        wanted |= {
+            f"{folder}/{record_id}{BOUND_RECORDS[folder]}"
+            for folder, found in ids.items()
+            for record_id in found
+            if is_safe_id(record_id)
+        }
     trust = runs.parent / "_trust"
-    return sorted(rel for rel in wanted if is_safe_id(PurePosixPath(rel).stem) and not (trust / rel).exists())
+    return sorted(rel for rel in wanted if not os.path.lexists(trust / rel))
+
+
+def fetch_bound_records(box: Box, root: Path, records: list[str]) -> list[str]:
+    """Fetch ``records`` into a staging folder and move in only regular files at exactly those names.
+
+    Whatever else the box's rsync sends (symlinked folders, extra files, special files) stays in the
+    staging folder, which is removed. Returns the records that arrived.
+    """
+    trust = root / "_trust"
+    for folder in (trust, *(trust / name for name in BOUND_RECORDS)):
+        if folder.is_symlink():
+            raise RunnerError(f"{folder} is a symlink; refusing to write _trust records through it")
+    trust.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=".incoming-", dir=trust))
+    arrived = []
+    try:
+        rsync(
+            box.endpoint,
+            remote_path(box.endpoint, box.path("_trust") + "/"),
+            f"{staging}/",
+            files=records,
+            missing_ok=True,
+        )
+        for rel in records:
+            folder, name = rel.split("/")
+            if (staging / folder).is_symlink() or not is_regular(staging / rel):
+                continue
+            (trust / folder).mkdir(exist_ok=True)
+            if not os.path.lexists(trust / rel):
+                os.replace(staging / rel, trust / rel)
+                arrived.append(rel)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return arrived
 
 
 def pull(
@@ -132,8 +182,12 @@ def pull(
     manifest = fetch_manifest(box, root, pull_id)
     runs = root / "runs"
     for run_id in manifest.roster:
-        if (runs / run_id).is_symlink():
-            raise RunnerError(f"pull {pull_id}: {runs / run_id} is a symlink; refusing to write through it")
+        if detour := manifests.folder_detour(runs, run_id):
+            raise RunnerError(f"pull {pull_id}: {detour}; refusing to write through it")
+        if links := manifests.local_tree(runs, run_id).symlinks:
+            raise RunnerError(
+                f"pull {pull_id}: {runs / links[0]} is a symlink inside the local copy; remove it, then pull again"
+            )
     result = PullResult(pull_id)
     stale, result.checked = stale_files(runs, manifest)
     for run_id in manifest.roster:
@@ -154,16 +208,10 @@ def pull(
             progress=sys.stderr if sys.stderr.isatty() else None,
         )
         result.fetched[run_id] = wanted
-    records = referenced_records(runs, manifest.roster)
+    records = bound_records(runs, manifest.roster)
     if records:
         log(f"pull {pull_id}: fetching {len(records)} _trust record(s) the runs bind: {', '.join(records)}")
-        rsync(
-            box.endpoint,
-            remote_path(box.endpoint, box.path("_trust") + "/"),
-            f"{root / '_trust'}/",
-            files=records,
-            missing_ok=True,
-        )
+        fetch_bound_records(box, root, records)
     result.verification = write_receipt(root, pull_id, log=log)
     return result
 

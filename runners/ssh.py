@@ -16,11 +16,13 @@ import getpass
 import os
 import shlex
 import socket
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from runaudit.runners import RunnerError
+from runaudit.safeio import JSON_CAP, kind_of
 
 CONNECT_TIMEOUT_S = 15.0
 UNKNOWN_STATE = "the run's state is unknown, not failed"
@@ -236,13 +238,31 @@ class Remote:
         except Exception as exc:
             raise transport_failure(self.endpoint, exc, f"writing {path} on") from None
 
-    def read_file(self, path: str) -> bytes:
+    def read_file(self, path: str, cap: int = JSON_CAP) -> bytes:
+        """A regular file's bytes from the box, at most ``cap`` of them.
+
+        The box's word is checked before reading: a symlink, FIFO or device there (which would make the
+        read follow, block or never end) is refused, and so is a file larger than ``cap``.
+        """
         try:
-            with self.sftp().open(path, "rb") as handle:
-                return handle.read()
-        except FileNotFoundError:
-            raise
-        except TransportError:
+            sftp = self.sftp()
+            info = sftp.lstat(path)
+            if not stat.S_ISREG(info.st_mode or 0):
+                raise RunnerError(
+                    f"{self.endpoint.label}:{path} is {kind_of(info.st_mode or 0)}; expected a regular file"
+                )
+            if (info.st_size or 0) > cap:
+                raise RunnerError(
+                    f"{self.endpoint.label}:{path} holds {info.st_size} bytes, more than the {cap}-byte limit"
+                )
+            with sftp.open(path, "rb") as handle:
+                data = handle.read(cap + 1)
+        except (FileNotFoundError, RunnerError):
             raise
         except Exception as exc:
             raise transport_failure(self.endpoint, exc, f"reading {path} from") from None
+        if len(data) > cap:
+            raise RunnerError(
+                f"{self.endpoint.label}:{path} grew past the {cap}-byte limit while it was read"
+            )
+        return data

@@ -22,8 +22,8 @@ from typing import Any
 
 import runaudit
 from runaudit import manifest as manifests
-from runaudit.hashing import hash_before_fork
 from runaudit.fixtures.verdicts import AUDITS_DIR
+from runaudit.hashing import hash_before_fork
 from runaudit.reports.document import report_stem
 
 HELD = ("passed", "not_applicable")

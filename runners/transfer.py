@@ -2,6 +2,8 @@
 
 rsync runs with ``--partial``, so an interrupted transfer keeps what arrived and the identical command
 resumes it. The transfer tool never decides success: a manifest (sizes and SHA-256) does, afterwards.
+It moves regular files, folders and links only (``--no-specials --no-devices``): a capsule never holds
+anything else, and a FIFO or device node recreated here would hang or flood whatever reads it next.
 """
 
 from __future__ import annotations
@@ -63,6 +65,10 @@ def rsync(
     """
     endpoint.check_known_hosts()
     argv = [require_rsync(), "-a", "--partial", "--mkpath", "-e", shlex.join(endpoint.ssh_argv())]
+    # -a implies -D (--devices --specials): a FIFO on the box would arrive as a FIFO where run.json should
+    # be and block every reader forever, and (as root) a device node such as /dev/zero would be recreated
+    # and stream without end. Neither belongs in a capsule; the manifest audits report the gap instead.
+    argv += ["--no-specials", "--no-devices"]
     argv += [f"--exclude={pattern}" for pattern in excludes]
     if refetch:
         argv.append("--ignore-times")

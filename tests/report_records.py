@@ -179,4 +179,5 @@ def build(run: Run, records: list[dict[str, Any]]) -> dict[str, Any]:
         args=["--run", run.run_id],
         invocation_dir=run.root,
         strict=False,
+        custody_gate={"expected": {}, "session": "completed"},
     )

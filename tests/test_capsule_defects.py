@@ -48,7 +48,8 @@ def test_clean_hardware_capsule_passes_every_capsule_audit(
     run_audits, project: Path, hardware_capsule: Path
 ) -> None:
     outcome = run_audits(hardware_capsule, project, *GATE)
-    assert outcome.result.ret == 0, outcome.result.stdout.str()
+    # Only the capsule audits ran (-k capsule): every verdict holds, but the gate is not complete (exit 1).
+    assert outcome.result.ret == pytest.ExitCode.TESTS_FAILED, outcome.result.stdout.str()
     verdicts = {(item["audit"], item["verdict"]) for item in outcome.report["verdicts"]}
     assert {audit for audit, _ in verdicts} == CAPSULE_AUDITS
     # No weights, no history and no metrics to re-derive: those three do not apply; everything else holds.
@@ -58,7 +59,7 @@ def test_clean_hardware_capsule_passes_every_capsule_audit(
         "capsule.metrics_rederived",
     }
     assert {verdict for _, verdict in verdicts} == {"passed", "not_applicable"}
-    assert outcome.report["custody_ok"] is True
+    assert outcome.report["custody_ok"] is False
 
 
 @pytest.mark.parametrize("defect", DEFECTS, ids=[defect.name for defect in DEFECTS])

@@ -57,7 +57,8 @@ def test_tampered_byte_of_same_size_fails_sha256(run_audits, capsule_dir: Path, 
     digit = text[position]
     csv.write_text(text[:position] + ("1" if digit != "1" else "2") + text[position + 1 :])
     outcome = run_audits(capsule_dir, project, "-k", "manifest")
-    assert _failed(outcome, "manifest.") == {"manifest.sha256"}
+    # The receipt verified other bytes, so it no longer makes a teardown safe either.
+    assert _failed(outcome, "manifest.") == {"manifest.sha256", "manifest.receipt"}
     [bad] = [item for item in outcome.find("manifest.sha256") if item["verdict"] == "failed"]
     assert bad["subject"] == "train.csv" and "bytes differ" in bad["message"]
 
@@ -68,7 +69,7 @@ def test_truncated_file_fails_size_and_leaves_sha256_not_run(
     best = capsule_dir / "best.pth"
     best.write_bytes(best.read_bytes()[:1000])
     outcome = run_audits(capsule_dir, project, "-k", "manifest")
-    assert _failed(outcome, "manifest.") == {"manifest.size"}
+    assert _failed(outcome, "manifest.") == {"manifest.size", "manifest.receipt"}
     assert {i["verdict"] for i in outcome.find("manifest.sha256") if i["subject"] == "best.pth"} == {
         "not_run"
     }
@@ -88,7 +89,13 @@ def test_roster_lists_missing_and_unexpected_files(
 ) -> None:
     damage(capsule_dir)
     outcome = run_audits(capsule_dir, project, "-k", "manifest")
-    assert _failed(outcome, "manifest.") == {"manifest.roster"}
+    # A file gone from the verified copy also voids the receipt (runaudit.receipts re-checks the bytes).
+    expected = (
+        {"manifest.roster", "manifest.receipt"}
+        if not (capsule_dir / "train.csv").exists()
+        else {"manifest.roster"}
+    )
+    assert _failed(outcome, "manifest.") == expected
 
 
 def test_symlink_pointing_outside_the_root_fails_path_safety(

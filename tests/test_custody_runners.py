@@ -11,13 +11,13 @@ from pathlib import Path
 
 import pytest
 
+from runaudit import hashing
 from runaudit.cli import main
 from runaudit.examples.digits.build import DEMO_RUN_ID
-from runaudit import hashing
 from runaudit.manifest import MANIFEST, RECEIPT
-from runaudit.schema import schema_problems
-from runaudit.runners.custody import receipt_status
+from runaudit.receipts import receipt_status
 from runaudit.runners.suite import run_suites
+from runaudit.schema import schema_problems
 
 
 def _roster(tmp_path: Path, text: str) -> Path:
@@ -120,7 +120,7 @@ def test_receipt_status_fails_closed(project: Path) -> None:
     assert "no pull manifest" in receipt_status(project, ["ghost"]).problems[0]
     manifest = project / "_trust" / "pulls" / DEMO_RUN_ID / MANIFEST
     manifest.write_text(manifest.read_text().replace('"hash"', '"hash" ', 1))  # same content, new bytes
-    assert "older manifest" in receipt_status(project, ["demo"]).problems[0]
+    assert "is stale" in receipt_status(project, ["demo"]).problems[0]
 
 
 def test_independent_acceptance_and_comparison(project: Path, capsys) -> None:

@@ -39,7 +39,9 @@ def test_capsule_gate_does_not_import_torch(demo_project: Path, tmp_path: Path) 
     )
     probe = next(line for line in output.splitlines() if line.startswith("PROBE "))
     # The audits ran and read parquet (so the probe sees the session's imports), yet torch never loaded.
-    assert probe == "PROBE 0 False True", output
+    # Exit 1: every capsule audit held, but a subset of the custody gate (-k capsule) is never a teardown yes.
+    assert probe == "PROBE 1 False True", output
+    assert "safe to tear down? NO, incomplete" in output
     assert (tmp_path / "demo.json").is_file()
 
 

@@ -93,7 +93,7 @@ def test_the_receipt_shown_is_the_one_runaudit_down_accepts(project: Path) -> No
     manifest = project / "_trust/pulls/demo/PULL_MANIFEST.json"
     manifest.write_text(manifest.read_text() + " ")  # the same content in new bytes: the receipt is stale
     found = binding_receipt(run)
-    assert found["current"] is False and "binds an older manifest" in found["problem"]
+    assert found["current"] is False and "is stale: it binds manifest" in found["problem"]
     (manifest.parent / "PULL_VERIFIED.json").unlink()
     assert binding_receipt(run) is None
 
@@ -116,7 +116,7 @@ def test_safe_to_tear_down_needs_held_custody_and_a_current_receipt(project: Pat
     manifest.write_text(manifest.read_text() + " ")
     verdict, reason = answer([custody()])
     assert (
-        verdict == "not yet" and reason.startswith("receipt demo: run demo: ") and "older manifest" in reason
+        verdict == "not yet" and reason.startswith("receipt demo: run demo: ") and "is stale" in reason
     )
     (manifest.parent / "PULL_VERIFIED.json").unlink()
     assert answer([custody()]) == (

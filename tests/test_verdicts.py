@@ -176,7 +176,12 @@ def test_a_teardown_crash_turns_a_pass_into_error() -> None:
 def test_custody_holds_only_when_custody_audits_ran_and_held(
     verdicts: list[tuple[str, str]], holds: bool
 ) -> None:
-    assert custody_ok([{"gate_class": gate, "verdict": verdict} for gate, verdict in verdicts]) is holds
+    records = [
+        {"audit": f"{gate}.check{index}", "subject": "", "gate_class": gate, "verdict": verdict}
+        for index, (gate, verdict) in enumerate(verdicts)
+    ]
+    doc = {"verdicts": records, "custody_gate": {"expected": {}, "session": "completed"}}
+    assert custody_ok(doc) is holds
 
 
 def test_strict_fails_real_not_run_audits(run_audits, project: Path) -> None:

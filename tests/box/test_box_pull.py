@@ -140,7 +140,18 @@ def test_pull_resumes_after_rsync_dies_then_the_receipt_and_down_gate(
     assert f"fetching 1 of {total} files" in capsys.readouterr().err
 
     # down: the receipt holds, but nothing happens without --confirm naming the target.
-    down = ["down", "--root", str(local), "--run", DEMO_RUN_ID, "--profile", "runpod", "--target", "pod-7"]
+    down = [
+        "down",
+        *args,
+        "--root",
+        str(local),
+        "--run",
+        DEMO_RUN_ID,
+        "--profile",
+        "runpod",
+        "--target",
+        "pod-7",
+    ]
     assert main(down) == 2
     err = capsys.readouterr().err
     assert "meter stop: terminate" in err and "deletes container, volume; IRREVERSIBLE" in err
@@ -167,6 +178,7 @@ def test_pull_resumes_after_rsync_dies_then_the_receipt_and_down_gate(
         main(
             [
                 "down",
+                *args,
                 "--root",
                 str(fresh),
                 "--run",

@@ -1,0 +1,181 @@
+"""``down`` looks at the box: a run on it that is neither proven home nor abandoned blocks the teardown.
+
+One pull of the demo capsule (``p1``) is made from a real sshd and verified here, once for the module;
+each test then gives ``down`` a fresh remote root holding that sealed capsule beside the runs it adds.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import socket
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from sshbox import SshBox
+from test_box_identity import impostor_known_hosts
+from test_box_pull import build_manifest_on_box
+
+from runaudit.cli import main
+from runaudit.examples.digits.build import DEMO_RUN_ID
+from runaudit.manifest import RECEIPT
+
+
+@dataclass(frozen=True)
+class Pulled:
+    producer: Path  # the remote root the pull came from
+    local: Path  # the local project root holding runs/<demo> and the receipt of pull p1
+
+
+@pytest.fixture(scope="module")
+def pulled(sshbox: SshBox, demo_project: Path, tmp_path_factory: pytest.TempPathFactory) -> Pulled:
+    """The demo capsule sealed on the box, pulled over SSH and verified locally (``PULL_VERIFIED.json``)."""
+    base = tmp_path_factory.mktemp("down")
+    producer, local = base / "producer", base / "local"
+    shutil.copytree(demo_project / "export" / DEMO_RUN_ID, producer / "export" / DEMO_RUN_ID)
+    for records in ("selections", "splits"):
+        shutil.copytree(demo_project / "_trust" / records, producer / "_trust" / records)
+    build_manifest_on_box(sshbox, producer, "p1")
+    local.mkdir()
+    assert main(["pull", *sshbox.cli_args(producer), "--root", str(local), "--pull-id", "p1"]) == 0
+    assert (local / "_trust" / "pulls" / "p1" / RECEIPT).is_file()
+    return Pulled(producer, local)
+
+
+@pytest.fixture
+def box(pulled: Pulled, tmp_path: Path) -> Path:
+    """A fresh remote root: the sealed demo capsule, as the producer left it after the pull."""
+    root = tmp_path / "box"
+    shutil.copytree(pulled.producer / "export" / DEMO_RUN_ID, root / "export" / DEMO_RUN_ID)
+    (root / "export" / ".close.lock").touch()  # close's lock file is not a run
+    return root
+
+
+def down(sshbox: SshBox, pulled: Pulled, root: Path, *extra: str, known_hosts: Path | None = None) -> int:
+    return main(
+        [
+            "down",
+            *sshbox.cli_args(root, known_hosts=known_hosts),
+            "--root",
+            str(pulled.local),
+            "--profile",
+            "runpod",
+            "--target",
+            "pod-7",
+            "--confirm",
+            "pod-7",
+            *extra,
+        ]
+    )
+
+
+def approved_record(out: str) -> dict:
+    """The teardown record whose path the approval printed."""
+    line = next(line for line in out.splitlines() if "teardown record" in line)
+    return json.loads(Path(line.rpartition(" ")[2]).read_text())
+
+
+def refused(capsys: pytest.CaptureFixture[str]) -> str:
+    out, err = capsys.readouterr()
+    assert "teardown record" not in out and "approved" not in err
+    assert err.startswith("runaudit down: error: down refused") and err.count("\n") == 1
+    assert err.rstrip().endswith("nothing was stopped")
+    return err
+
+
+def test_a_live_unpulled_run_blocks_until_it_is_abandoned(
+    sshbox: SshBox, pulled: Pulled, box: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (box / "active" / "d4").mkdir(parents=True)
+    (box / "active" / "d4" / "train.csv").write_text("epoch,loss\n0,1.0\n")
+    assert down(sshbox, pulled, box, "--run", DEMO_RUN_ID) == 2
+    err = refused(capsys)
+    assert "d4 (active/, live): no pull manifest names it" in err and f"{DEMO_RUN_ID} (" not in err
+
+    assert down(sshbox, pulled, box, "--run", DEMO_RUN_ID, "--abandon", "d4") == 0
+    out, err = capsys.readouterr()
+    assert "ABANDONED, lost with the box: d4" in err and "runpod defines no command for 'terminate'" in err
+    record = approved_record(out)
+    assert record["abandoned"] == ["d4"] and record["roster"] == [DEMO_RUN_ID]
+    assert record["box"] == f"{sshbox.user}@127.0.0.1:{sshbox.port}" and record["remote_root"] == str(box)
+    assert record["receipts"][DEMO_RUN_ID]["pull_id"] == "p1"
+    assert [(item["area"], item["name"]) for item in record["inventory"]] == [
+        ("active", "d4"),
+        ("export", DEMO_RUN_ID),
+    ]
+    assert (box / "active" / "d4" / "train.csv").is_file()  # down only listed the box
+
+
+def test_a_quarantined_run_blocks_the_same_way(
+    sshbox: SshBox, pulled: Pulled, box: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    attempt = box / "quarantine" / "d5--20260101T000000Z-abc123"
+    attempt.mkdir(parents=True)
+    (attempt / "QUARANTINE_REASON.txt").write_text("close d5 refused\n")
+    assert down(sshbox, pulled, box) == 2  # no --run: the roster is what the box holds
+    err = refused(capsys)
+    assert "d5 (quarantine/d5--20260101T000000Z-abc123, quarantined): no pull manifest names it" in err
+
+    assert down(sshbox, pulled, box, "--abandon", "d5") == 0
+    record = approved_record(capsys.readouterr().out)
+    assert record["abandoned"] == ["d5"] and record["named"] == []
+    assert ("quarantine", "d5", "quarantined") in [
+        (item["area"], item["run"], item["state"]) for item in record["inventory"]
+    ]
+
+
+def test_a_box_that_cannot_be_listed_is_never_approved(
+    sshbox: SshBox, pulled: Pulled, box: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    logins, teardowns = sshbox.accepted_logins(), pulled.local / "_trust" / "teardowns"
+    approved_before = sorted(teardowns.glob("*.json"))
+    assert down(sshbox, pulled, box, known_hosts=impostor_known_hosts(sshbox, tmp_path)) == 2
+    err = refused(capsys)
+    assert "cannot inventory the box" in err and "host key CHANGED" in err
+    assert sshbox.accepted_logins() == logins
+
+    args = sshbox.cli_args(box)
+    args[args.index("--port") + 1] = str(unused_port())
+    argv = ["down", *args, "--root", str(pulled.local), "--profile", "runpod", "--target", "pod-7"]
+    assert main([*argv, "--confirm", "pod-7"]) == 2
+    assert "cannot inventory the box" in refused(capsys)
+
+    shutil.rmtree(box)  # a remote root that is not there proves nothing either
+    assert down(sshbox, pulled, box, "--run", DEMO_RUN_ID) == 2
+    assert f"{box} does not exist on" in refused(capsys)
+    box.mkdir()
+    assert down(sshbox, pulled, box) == 2
+    assert "holds no run under" in (err := refused(capsys)) and "check --remote-root" in err
+    assert sorted(teardowns.glob("*.json")) == approved_before
+
+
+def test_an_unsafe_name_on_the_box_is_escaped_and_needs_its_exact_abandon(
+    sshbox: SshBox, pulled: Pulled, box: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (box / "active" / "..x").mkdir(parents=True)
+    (box / "export" / "run 2").mkdir()
+    (box / "quarantine").mkdir()
+    (box / "quarantine" / "two\nlines").write_text("not even a folder")
+    assert down(sshbox, pulled, box) == 2
+    err = refused(capsys)
+    assert "'..x' (active/, live): not a safe run id" in err
+    assert "'run 2' (export/, sealed)" in err and "'two\\nlines' (quarantine/, quarantined, file)" in err
+
+    assert down(sshbox, pulled, box, "--abandon", "..x", "--abandon", "run 2") == 2
+    err = refused(capsys)
+    assert "'two\\nlines'" in err and "'..x' (" not in err and "'run 2' (" not in err
+    assert down(sshbox, pulled, box, "--abandon", "two lines", "--abandon", "..x", "--abandon", "run 2") == 2
+    assert "--abandon 'two lines' names nothing" in refused(capsys)
+
+    assert down(sshbox, pulled, box, "--abandon", "two\nlines", "--abandon", "..x", "--abandon", "run 2") == 0
+    record = approved_record(capsys.readouterr().out)
+    assert record["abandoned"] == ["'two\\nlines'", "'..x'", "'run 2'"]
+    assert record["roster"] == [DEMO_RUN_ID]
+
+
+def unused_port() -> int:
+    """A port nothing listens on (bound, read and released: connecting to it is refused)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]

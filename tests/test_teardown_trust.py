@@ -1,0 +1,254 @@
+"""Safe to tear down is never said when it is false: incomplete sessions, symlinked capsules, one receipt rule.
+
+Each test attacks a private copy of the real, verified demo project, as a careless user or a hostile box
+would, and checks every part that answers the teardown question: the report's banner and exit status,
+``runaudit verify`` and :func:`runaudit.receipts.receipt_status`.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from runaudit import manifest as manifests
+from runaudit.cli import main
+from runaudit.examples.digits.build import DEMO_RUN_ID
+from runaudit.fixtures.completeness import custody_audits, expected_custody
+from runaudit.fixtures.resolve import Location, Root
+from runaudit.fixtures.run import Run
+from runaudit.receipts import receipt_status
+
+RECEIPT = manifests.RECEIPT
+
+# A plugin that stops the session the way a user's Ctrl-C does, as soon as one chosen audit starts.
+INTERRUPTER = """
+import pytest
+
+def pytest_runtest_setup(item):
+    if item.name.startswith({prefix!r}):
+        raise KeyboardInterrupt
+"""
+# A plugin that kills the xdist worker that runs one chosen audit (a crash, an OOM kill).
+WORKER_KILLER = """
+import os
+
+def pytest_runtest_call(item):
+    if item.name.startswith({prefix!r}) and hasattr(item.config, "workerinput"):
+        os._exit(1)
+"""
+
+
+def _receipt(project: Path) -> Path:
+    return project / "_trust" / "pulls" / DEMO_RUN_ID / RECEIPT
+
+
+def _with_plugin(pytester: pytest.Pytester, name: str, source: str) -> tuple[str, str]:
+    pytester.makepyfile(**{name: source})
+    pytester.syspathinsert()
+    return "-p", name
+
+
+def test_the_whole_gate_on_the_verified_demo_says_yes(run_audits, project: Path, capsule_dir: Path) -> None:
+    """The control for every attack below: the same copy, audited whole, is safe to tear down."""
+    outcome = run_audits(capsule_dir, project, "-m", "custody")
+    assert outcome.result.ret == 0, outcome.result.stdout.str()[-2000:]
+    assert outcome.report["teardown"]["answer"] == "yes"
+    assert outcome.report["custody_gate"]["session"] == "completed"
+
+
+@pytest.mark.parametrize(
+    "selection",
+    [
+        pytest.param(("-k", "not test_sha256"), id="k-subset"),
+        pytest.param(("--deselect", "test_manifest.py::test_roster"), id="deselect"),
+        pytest.param(("-m", "custody", "-x", "-k", "capsule"), id="explicit-subset"),
+    ],
+)
+def test_a_subset_of_the_custody_gate_is_never_a_yes(
+    run_audits, project: Path, capsule_dir: Path, selection: tuple[str, ...]
+) -> None:
+    args = list(selection)
+    if args[0] == "--deselect":  # pytest matches node ids as it collects them: ask it for the real one
+        listing = run_audits(capsule_dir, project, "-m", "custody", "--collect-only", "-q").result.outlines
+        args[1] = next(line for line in listing if line.endswith(args[1]))
+    outcome = run_audits(capsule_dir, project, "-m", "custody", *args)
+    report = outcome.report
+    assert report["summary"]["failed"] == 0  # every verdict that arrived held ...
+    assert (
+        report["teardown"]["answer"] == "no" and report["custody_ok"] is False
+    )  # ... and that is not enough
+    assert report["teardown"]["reason"].startswith("incomplete")
+    assert outcome.result.ret == pytest.ExitCode.TESTS_FAILED
+    outcome.result.stdout.fnmatch_lines(["runaudit: safe to tear down? NO, incomplete*"])
+
+
+def test_ctrl_c_before_the_hashes_is_never_a_yes(
+    pytester: pytest.Pytester, project: Path, capsule_dir: Path
+) -> None:
+    plugin = _with_plugin(pytester, "interrupt_at_sha256", INTERRUPTER.format(prefix="test_sha256"))
+    # In a process of its own: an in-process run would hand the KeyboardInterrupt on to this test.
+    result = pytester.runpytest_subprocess(
+        *plugin, "-p", "no:cacheprovider", "--run", str(capsule_dir), "--root", str(project),
+        "--report-dir", "reports", "-m", "custody", timeout=300,
+    )  # fmt: skip
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+    report_path = pytester.path / "reports" / f"{DEMO_RUN_ID}.json"
+    assert report_path.is_file(), "an interrupted session still writes its report"
+    report = json.loads(report_path.read_text())
+    find = [item for item in report["verdicts"] if item["audit"] == "manifest.sha256"]
+    assert report["custody_gate"]["session"] == "interrupted"
+    assert not find and report["summary"]["failed"] == 0
+    assert (
+        report["teardown"]["answer"] == "no"
+        and "did not complete (interrupted)" in report["teardown"]["reason"]
+    )
+
+
+def test_a_crashed_worker_is_never_a_yes(pytester: pytest.Pytester, project: Path, capsule_dir: Path) -> None:
+    plugin = _with_plugin(pytester, "kill_worker_at_roster", WORKER_KILLER.format(prefix="test_roster"))
+    # A fresh interpreter: local xdist workers copy its sys.path, so they can import the plugin too.
+    result = pytester.runpytest_subprocess(
+        *plugin, "-p", "no:cacheprovider", "-p", "no:benchmark", "--run", str(capsule_dir), "--root", str(project),
+        "--report-dir", "reports", "-m", "custody", "-n", "2", timeout=300,
+    )  # fmt: skip
+    report = json.loads((pytester.path / "reports" / f"{DEMO_RUN_ID}.json").read_text())
+    roster = [item for item in report["verdicts"] if item["audit"] == "manifest.roster"]
+    assert not [item for item in roster if item["verdict"] == "passed"]
+    assert report["custody_ok"] is False and report["teardown"]["answer"] == "no"
+    assert result.ret != 0
+
+
+def test_the_expected_custody_set_is_what_pytest_collects(
+    run_audits, project: Path, capsule_dir: Path
+) -> None:
+    """The completeness rule reads the audit modules' source; a full session must reach exactly that set."""
+    outcome = run_audits(capsule_dir, project, "-m", "custody", "--report-format", "json")
+    collected: dict[str, set[str]] = {}
+    for item in outcome.report["verdicts"]:
+        if item["gate_class"] == "custody":
+            collected.setdefault(item["audit"], set()).add(item["subject"])
+    assert set(custody_audits()) == set(collected)
+    location = Location(capsule_dir, Root(project, "--root"), "export")
+    expected = expected_custody(Run.load(location))
+    assert expected == {
+        audit: len(subjects) for audit, subjects in collected.items() if audit != "manifest.receipt"
+    }
+
+
+# -- a capsule folder reached through a symlink -----------------------------------------------------
+@pytest.fixture
+def linked_project(project: Path, tmp_path: Path) -> Path:
+    """``runs/demo`` is a symlink to a copy of the capsule outside the root (a mount of the box, say)."""
+    outside = tmp_path / "mounted-box" / DEMO_RUN_ID
+    shutil.copytree(project / "export" / DEMO_RUN_ID, outside)
+    shutil.rmtree(project / "export" / DEMO_RUN_ID)
+    (project / "runs").mkdir()
+    (project / "runs" / DEMO_RUN_ID).symlink_to(outside, target_is_directory=True)
+    _receipt(project).unlink()
+    return project
+
+
+@pytest.mark.parametrize("how", ["by-id", "by-path"])
+def test_a_symlinked_capsule_folder_fails_custody(run_audits, linked_project: Path, how: str) -> None:
+    spec = DEMO_RUN_ID if how == "by-id" else str(linked_project / "runs" / DEMO_RUN_ID)
+    outcome = run_audits(spec, linked_project, "-m", "custody", report_stem=DEMO_RUN_ID)
+    assert outcome.report["custody_ok"] is False and outcome.report["teardown"]["answer"] == "no"
+    [safety] = outcome.find("manifest.path_safety")
+    assert safety["verdict"] == "failed" and "is a symlink to" in safety["message"]
+    assert outcome.result.ret == pytest.ExitCode.TESTS_FAILED
+
+
+def test_verify_writes_no_receipt_for_a_symlinked_capsule_folder(
+    linked_project: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["verify", "--root", str(linked_project), "--pull-id", DEMO_RUN_ID]) == 1
+    assert "is a symlink to" in capsys.readouterr().err
+    assert not _receipt(linked_project).exists()
+
+
+# -- one receipt rule ------------------------------------------------------------------------------
+def test_a_receipt_without_a_roster_covers_nothing_anywhere(
+    run_audits, project: Path, capsule_dir: Path
+) -> None:
+    """The audit, the banner and ``down``'s question agree: a receipt must name the runs it covers."""
+    receipt = json.loads(_receipt(project).read_text())
+    del receipt["roster"]
+    _receipt(project).write_text(json.dumps(receipt))
+    status = receipt_status(project, [DEMO_RUN_ID])
+    assert not status.ok and "not a valid receipt" in status.problems[0]
+    outcome = run_audits(capsule_dir, project, "-m", "custody")
+    [audit] = outcome.find("manifest.receipt")
+    assert audit["verdict"] == "failed"
+    assert outcome.report["receipt"]["current"] is False
+    assert outcome.report["teardown"]["answer"] == "no"  # the receipt audit is part of the custody gate
+
+
+def test_a_receipt_from_runaudit_1_is_not_current(project: Path) -> None:
+    """Receipts made before the stat record (receipt/1) cannot prove the bytes are still the verified ones."""
+    receipt = json.loads(_receipt(project).read_text())
+    receipt["schema_version"] = "runaudit.receipt/1"
+    _receipt(project).write_text(json.dumps(receipt))
+    assert not receipt_status(project, [DEMO_RUN_ID]).ok
+
+
+def test_verify_records_the_stat_key_of_every_verified_file(project: Path) -> None:
+    assert main(["verify", "--root", str(project), "--pull-id", DEMO_RUN_ID]) == 0
+    receipt = json.loads(_receipt(project).read_text())
+    manifest = json.loads((project / "_trust" / "pulls" / DEMO_RUN_ID / manifests.MANIFEST).read_text())
+    assert set(receipt["stat_keys"]) == {entry["path"] for entry in manifest["files"]}
+    assert receipt["holder"] == "export" and receipt["roster"] == [DEMO_RUN_ID]
+    assert receipt_status(project, [DEMO_RUN_ID]).ok
+
+
+# -- the whole manifest is checked before any path in it is used ---------------------------------
+@pytest.mark.parametrize(
+    ("change", "expected"),
+    [
+        (lambda doc: doc["empty_dirs"].append("demo/../../escaped"), "'..'"),
+        (lambda doc: doc["empty_dirs"].append("/tmp/escaped"), "absolute"),
+        (lambda doc: doc["empty_dirs"].append("other/folder"), "not inside a roster capsule"),
+        (lambda doc: doc["totals"].update(bytes=1), "totals.bytes"),
+        (lambda doc: doc["totals"].update(files=doc["totals"]["files"] + 1), "totals.files"),
+        (
+            lambda doc: doc["files"].append({**doc["files"][0], "path": doc["files"][0]["path"] + "/x"}),
+            "also a folder",
+        ),
+    ],
+    ids=[
+        "empty-dir-dotdot",
+        "empty-dir-absolute",
+        "empty-dir-outside-roster",
+        "totals-bytes",
+        "totals-files",
+        "file-as-folder",
+    ],
+)
+def test_verify_refuses_a_manifest_that_is_not_usable_as_a_whole(
+    project: Path, capsys: pytest.CaptureFixture[str], change, expected: str
+) -> None:
+    path = project / "_trust" / "pulls" / DEMO_RUN_ID / manifests.MANIFEST
+    document = json.loads(path.read_text())
+    change(document)
+    path.write_text(json.dumps(document))
+    assert main(["verify", "--root", str(project), "--pull-id", DEMO_RUN_ID]) == 2
+    err = capsys.readouterr().err
+    assert expected in err and err.count("\n") == 1
+    assert not (project.parent / "escaped").exists()
+    assert not receipt_status(project, [DEMO_RUN_ID]).ok
+
+
+def test_a_folder_inside_the_verified_copy_swapped_for_a_link_voids_the_receipt(
+    project: Path, tmp_path: Path
+) -> None:
+    """The same bytes reached through a link live elsewhere (a mount of the box): they are not home."""
+    assert receipt_status(project, [DEMO_RUN_ID]).ok
+    inside = project / "export" / DEMO_RUN_ID / "test"
+    elsewhere = tmp_path / "mounted-box" / "test"
+    shutil.copytree(inside, elsewhere)
+    shutil.rmtree(inside)
+    inside.symlink_to(elsewhere, target_is_directory=True)
+    status = receipt_status(project, [DEMO_RUN_ID])
+    assert not status.ok and "reached through a symlink" in status.problems[0]
