@@ -47,9 +47,13 @@ def _test(audit: AuditRecorder, run: Run, test: DeclaredTest | None) -> Declared
 def _rows(
     audit: AuditRecorder, capsule: CapsuleReader, test: DeclaredTest, columns: list[str]
 ) -> dict[str, Any]:
-    """The valid, finite rows of the primary condition, one per sample, as Arrow columns."""
+    """The valid, finite rows of the primary condition, one per sample, as Arrow columns.
+
+    Read only from a table that holds to its contract: a table of millions of rows where hundreds are
+    declared, or of the wrong types, is capsule.results_table's failure, and this probe says not_run.
+    """
     rel = f"{test.folder}/results.parquet"
-    table = audit.need(capsule.table, rel)
+    table = audit.need(capsule.results, test)
     absent = [name for name in columns if name not in table.column_names]
     if absent:
         audit.not_run(f"{rel} has no {', '.join(absent)} column (optional, capsule.md §5)")
@@ -122,7 +126,7 @@ def test_real_vs_shuffle(
         audit.not_applicable(f"test {test.test_id} declares no {SHUFFLE} condition")
     real = primary_condition(test)
     rel = f"{test.folder}/results.parquet"
-    table = audit.need(capsule.table, rel)
+    table = audit.need(capsule.results, test)
     try:
         (real_scores, shuffled), dropped = align(
             *(keyed_scores(table, metric, name) for name in (real, SHUFFLE))

@@ -55,6 +55,8 @@ def test_present(run: Run, custody: Custody, audit: AuditRecorder) -> None:
         f"run {run.run_id}: {manifest.path} declares pull_id {manifest.document['pull_id']!r} "
         f"but sits in folder {manifest.pull_id!r}",
     )
+    totals = manifests.totals_problems(manifest.document)
+    audit.require(not totals, f"run {run.run_id}: {manifest.path}: {_examples(totals)}", problems=totals)
 
 
 def test_roster(run: Run, custody: Custody, audit: AuditRecorder) -> None:

@@ -3,7 +3,7 @@
 Every reading comes from the kernel of the machine pytest runs on (statvfs, cgroup files, /dev/shm,
 /proc, nvidia-smi), so run these on the box: ``runaudit audit <id> --host ... -- -m preflight``. They
 need no sealed capsule (marked ``live``). A check whose budget was not given reports ``not_run`` and
-names the ``--budget`` key; a disk or memory already at its alarm level fails regardless.
+names the ``--runaudit-budget`` key; a disk or memory already at its alarm level fails regardless.
 """
 
 from __future__ import annotations
@@ -77,7 +77,9 @@ def test_disk_bytes(run: Run, preflight: Preflight, audit: AuditRecorder) -> Non
     )
     need = preflight.budget.disk
     if need is None:
-        audit.not_run("no disk budget: pass --budget disk=SIZE (checkpoints x checkpoint size + scratch)")
+        audit.not_run(
+            "no disk budget: pass --runaudit-budget disk=SIZE (checkpoints x checkpoint size + scratch)"
+        )
     short = [
         f"{place.role} {space.measured_at} has {space.free_bytes / GiB:.1f} GiB free"
         for place, space in measured
@@ -114,7 +116,7 @@ def test_disk_inodes(run: Run, preflight: Preflight, audit: AuditRecorder) -> No
     )
     need = preflight.budget.files
     if need is None:
-        audit.not_run("no file budget: pass --budget files=N (checkpoints + every render + logs)")
+        audit.not_run("no file budget: pass --runaudit-budget files=N (checkpoints + every render + logs)")
     short = [
         f"{place.role} {space.measured_at} has {space.free_inodes} free inodes"
         for place, space in measured
@@ -147,7 +149,7 @@ def test_memory_limit(run: Run, preflight: Preflight, audit: AuditRecorder) -> N
         )
     need = preflight.budget.memory
     if need is None:
-        audit.not_run("no memory budget: pass --budget memory=SIZE (main process + workers at peak)")
+        audit.not_run("no memory budget: pass --runaudit-budget memory=SIZE (main process + workers at peak)")
     audit.require(
         need <= MEMORY_ALARM * ceiling,
         f"run {run.run_id}: needs {need / GiB:.1f} GiB but the limit is {ceiling / GiB:.1f} GiB ({where}); "
@@ -160,7 +162,7 @@ def test_shm(run: Run, preflight: Preflight, audit: AuditRecorder) -> None:
     workers = preflight.budget.workers
     if workers is None:
         audit.not_run(
-            "no worker count: pass --budget workers=N (dataloader workers share tensors via /dev/shm)"
+            "no worker count: pass --runaudit-budget workers=N (dataloader workers share tensors via /dev/shm)"
         )
     if workers == 0:
         audit.note("no dataloader workers: /dev/shm is not used")
@@ -314,7 +316,7 @@ def test_detach_available(run: Run, preflight: Preflight, audit: AuditRecorder) 
 def test_profile_stamps(run: Run, preflight: Preflight, audit: AuditRecorder) -> None:
     profile = preflight.profile
     if profile is None:
-        audit.not_run("no --profile given: the platform's teardown facts cannot be date-checked")
+        audit.not_run("no --runaudit-profile given: the platform's teardown facts cannot be date-checked")
     today = dt.date.today()
     governing = profile.governing_stamps()
     audit.evidence(

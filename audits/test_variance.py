@@ -8,7 +8,6 @@ the test's primary condition); paired statistics read the per-item values of res
 
 from __future__ import annotations
 
-import functools
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -248,6 +247,8 @@ def test_seed_band(
 
 
 def _item_scores(table: Any, metric: DeclaredMetric, condition: str, where: str) -> KeyedScores:
+    """Per-item values of a table the reader already held to its contract (or, for a sibling, to its
+    footer): a missing optional column is the contract's to report."""
     try:
         return keyed_scores(table, metric, condition)
     except MissingColumn as exc:
@@ -265,15 +266,16 @@ def test_paired_bootstrap(
     metric, condition, arm = compared.metric, compared.condition, compared.group.arm
     rel = f"{compared.test.folder}/results.parquet"
     method = audit.need(
-        lambda: _item_scores(capsule.table(rel), metric, condition, f"run {run.run_id}: {rel}")
+        lambda: _item_scores(capsule.results(compared.test), metric, condition, f"run {run.run_id}: {rel}")
     )
     baselines, skipped = [], []
     for member in compared.group.arms[reference.name]:
         try:
             where = f"run {member.run_id}: {rel}"
-            baselines.append(_item_scores(reader(member).table(rel), metric, condition, where))
+            table = reader(member).results_to_pair(compared.test.test_id)
+            baselines.append(_item_scores(table, metric, condition, where))
         except Unavailable as exc:
-            skipped.append(str(exc))
+            skipped.append(f"{exc} (reported by {exc.owner})")
     if not baselines:
         audit.not_run(f"no run of baseline arm {reference.name} has readable per-item values: {skipped[0]}")
     (method_scores, *baseline_scores), dropped = align(method, *baselines)
@@ -427,7 +429,7 @@ def test_precision(
             f"metric {metric.name} declares no precision/aggregation (reported by capsule.run_json_schema)"
         )
     rel = f"{test.folder}/results.parquet"
-    table = audit.need(capsule.table, rel)
+    table = audit.need(capsule.results, test)
     seed_error = own.sd / math.sqrt(own.n) if own is not None and own.sd is not None else None
     conditions, findings = {}, []
     for condition in test.conditions:
@@ -463,24 +465,18 @@ def _flatten(document: Any, prefix: str = "") -> dict[str, Any]:
     return {prefix.rstrip("."): document}
 
 
-@functools.cache
-def _flat_config(data: bytes) -> dict[str, Any]:
-    """A config.yaml as dotted key paths (parsed once per distinct file, with libyaml when present)."""
-    import yaml  # deferred: only this audit compares configs
-
-    return _flatten(yaml.load(data, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)))
-
-
 def _config(audit: AuditRecorder, source: CapsuleReader, owner_run: Run) -> dict[str, Any]:
-    import yaml
+    """A run's config.yaml as dotted key paths. The reader parses it once per capsule, and only as a
+    bounded tree, so flattening and comparing two configs cost at most its node budget, never an alias
+    bomb's expansion; an unusable config (the audited run's or a sibling's) makes this audit not_run."""
 
-    data = audit.need(source.bytes, "config.yaml")
-    try:
-        return _flat_config(data)
-    except yaml.YAMLError:
-        audit.not_run(
-            f"run {owner_run.run_id}: config.yaml is not valid YAML (reported by capsule.config_hash)"
-        )
+    def flat() -> dict[str, Any]:
+        try:
+            return _flatten(source.config())
+        except Unavailable as exc:
+            raise Unavailable(f"run {owner_run.run_id}: {exc}", exc.owner) from None
+
+    return audit.need(flat)
 
 
 def _covered(key: str, paths: set[str]) -> bool:

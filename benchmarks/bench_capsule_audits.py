@@ -3,10 +3,10 @@
     python benchmarks/bench_capsule_audits.py [--root DIR] [--repeat 7]
 
 (a) ``python -m pytest -p no:cacheprovider -q <empty test file>``: what any pytest run costs here;
-(b) ``python -m pytest --run=<demo capsule> --root <root> -m custody -k capsule -q -p no:cacheprovider``,
+(b) ``python -m pytest --run=<capsule> --runaudit-root <root> -m custody -k capsule -q -p no:cacheprovider``,
     the page's figures already drawn by an earlier audit of the same bytes (reports/figure_cache.py);
 (c) the same with an empty figure cache each time: the first audit of a run draws its training curves;
-(d) the audits alone: ``--report-format json``, no page.
+(d) the audits alone: ``--runaudit-report-format json``, no page.
 All run as fresh processes from the same neutral folder, interleaved (a, b, c, d, a, ...) after one
 warm-up each, so that machine load falls on all alike. Prints each median, the spread and the ratios
 b / a (target: at most 3x), c / a and d / a.
@@ -59,9 +59,9 @@ def main() -> int:
         empty.write_text('"""No tests: pytest startup and collection only."""\n')
         bare = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", str(empty)]
         audits = [
-            *(sys.executable, "-m", "pytest", f"--run={capsule}", f"--root={root}"),
+            *(sys.executable, "-m", "pytest", f"--run={capsule}", f"--runaudit-root={root}"),
             *("-m", "custody", "-k", "capsule", "-q", "-p", "no:cacheprovider"),
-            f"--report-dir={work / 'reports'}",
+            f"--runaudit-report-dir={work / 'reports'}",
         ]
         figures = work / "figures"
         warm = {**os.environ, "RUNAUDIT_FIGURE_CACHE": str(figures / "kept")}
@@ -72,7 +72,7 @@ def main() -> int:
                 ("bare", bare, None),
                 ("audits", audits, warm),
                 ("first", audits, cold),
-                ("json", [*audits, "--report-format=json"], cold),
+                ("json", [*audits, "--runaudit-report-format=json"], cold),
             ):
                 elapsed, _ = timed(command, cwd=work, env=env)
                 if round_index:  # round 0 warms the page cache, the bytecode cache and the figure cache

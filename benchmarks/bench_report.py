@@ -102,6 +102,7 @@ def synthetic_report(run_id: str, audits: list[tuple[str, str]], rng: random.Ran
         "run_context": {"source": None, "environment": None, "training": None, "seed": None},
         "verdicts": verdicts,
         "summary": counts,
+        "custody_gate": {"expected": {}, "session": "completed"},
         "custody_ok": custody_ok,
         "receipt": None,
         "teardown": {"answer": "not yet" if custody_ok else "no", "reason": "synthetic"},

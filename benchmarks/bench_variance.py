@@ -136,8 +136,8 @@ def main() -> int:
         audited = f"method-s{args.runs - 1}"
         command = [
             sys.executable, str(driver), "-p", "runaudit.fixtures.plugin", "-p", "no:cacheprovider", "-q",
-            "--rootdir", scratch, "-c", os.devnull, "--run", audited, "--root", str(root),
-            "--report-dir", str(Path(scratch) / "reports"), "-m", "science", "-k", "test_variance",
+            "--rootdir", scratch, "-c", os.devnull, "--run", audited, "--runaudit-root", str(root),
+            "--runaudit-report-dir", str(Path(scratch) / "reports"), "-m", "science", "-k", "test_variance",
             str(checkout / "audits" / "test_variance.py"),
         ]  # fmt: skip
         results = []

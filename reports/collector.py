@@ -21,7 +21,7 @@ from runaudit.atomic import write_bytes_atomic, write_json_atomic
 from runaudit.fixtures.completeness import expected_custody
 from runaudit.fixtures.plugin import strict_mode
 from runaudit.fixtures.run import Run
-from runaudit.fixtures.verdicts import PROPERTY, Verdict, record_of
+from runaudit.fixtures.verdicts import PROPERTY, Verdict, printable, record_of
 from runaudit.reports import document, figures, html
 
 PREDRAW_WAIT_S = 60
@@ -68,6 +68,7 @@ class VerdictReport:
         self.written: list[Path] = []
         self.teardown: dict[str, str] | None = None
         self.predraw: subprocess.Popen[bytes] | None = None
+        self.page_problem: str | None = None
 
     @property
     def report_dir(self) -> Path:
@@ -138,9 +139,21 @@ class VerdictReport:
         folder = self.report_dir
         self.written = [write_json_atomic(folder / f"{stem}.json", doc)]
         if self.writes_page:
-            self.written.append(
-                write_bytes_atomic(folder / f"{stem}.html", html.render_run(doc).encode("utf-8"))
-            )
+            self.written.append(write_bytes_atomic(folder / f"{stem}.html", self._page(doc)))
+
+    def _page(self, doc: dict[str, Any]) -> bytes:
+        """The run's page; if drawing it fails, a plain page that says why and points at the JSON twin.
+
+        The JSON is already written by then and holds every verdict. The page also reads the capsule
+        (curves, thumbnails) and a box's bytes must not cost the report its page, nor the session an
+        internal error: the failure is named on the page and in the terminal summary.
+        """
+        try:
+            return html.render_run(doc).encode("utf-8")
+        except Exception as exc:  # any failure here must still leave a page behind
+            why = printable(f"{type(exc).__name__}: {exc}".splitlines()[0])
+            self.page_problem = f"the page could not be drawn ({why}); every verdict is in the JSON report"
+            return html.render_fallback(doc, self.page_problem).encode("utf-8")
 
     @pytest.hookimpl
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
@@ -171,5 +184,7 @@ class VerdictReport:
             terminalreporter.write_line(
                 f"runaudit: safe to tear down? NO, {self.teardown['reason']}", red=True
             )
+        if self.page_problem is not None:
+            terminalreporter.write_line(f"runaudit: {self.page_problem}", red=True)
         for path in self.written:
             terminalreporter.write_line(f"runaudit: wrote {path}")

@@ -15,11 +15,13 @@ from typing import Any
 
 import runaudit
 from runaudit.fixtures.run import Run
-from runaudit.fixtures.verdicts import Verdict
+from runaudit.fixtures.verdicts import EVIDENCE_DEPTH, Verdict, jsonable
 from runaudit.reports import facts
 from runaudit.reports.receipt import binding_receipt
 
 SCHEMA_VERSION = "runaudit.report/1"
+# The report's own frame (document, verdicts, one verdict) around evidence already held to EVIDENCE_DEPTH.
+REPORT_DEPTH = EVIDENCE_DEPTH + 8
 CUSTODY_OK = frozenset({Verdict.PASSED, Verdict.NOT_APPLICABLE})
 SESSION_COMPLETED = "completed"
 INDEX_STEM = "index"  # <report-dir>/index.html is the sweep index (reports/index.py)
@@ -136,6 +138,15 @@ def teardown(doc: Mapping[str, Any]) -> dict[str, str]:
     }
 
 
+def plain(doc: Mapping[str, Any]) -> dict[str, Any]:
+    """The document as JSON that can always be written: every string valid UTF-8, no runaway nesting.
+
+    Its strings quote run data (file names, ids, messages, paths): a name that was not UTF-8 is shown
+    with escapes (``bad\\xff.txt``) rather than breaking ``json.dumps`` or the page after every audit ran.
+    """
+    return jsonable(doc, REPORT_DEPTH)
+
+
 def derive(doc: dict[str, Any]) -> dict[str, Any]:
     """Set what follows from the verdicts (summary, custody_ok, teardown): at build, and after a merge."""
     counts = Counter(item["verdict"] for item in doc["verdicts"])
@@ -197,4 +208,4 @@ def build(
         "headlines": headlines,
         "headline_problems": headline_problems,
     }
-    return derive(doc)
+    return derive(plain(doc))

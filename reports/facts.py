@@ -11,9 +11,9 @@ import math
 from typing import Any
 
 from runaudit.fixtures.run import Run
-from runaudit.fixtures.verdicts import jsonable
+from runaudit.fixtures.verdicts import jsonable, printable
 from runaudit.ids import is_safe_id
-from runaudit.manifest import load_json
+from runaudit.manifest import load_json, nesting_problem
 from runaudit.safeio import read_regular
 
 MAX_METRICS_BYTES = 16 * 1024 * 1024
@@ -43,6 +43,11 @@ def _number(value: Any) -> float | None:
     return float(value) if math.isfinite(value) else None
 
 
+def _text(value: Any) -> str:
+    """A scalar quoted as text; a container is not quoted (its ``str`` could be any size)."""
+    return "" if isinstance(value, (dict, list)) else printable(str(value))
+
+
 def headline_metrics(run: Run) -> tuple[list[dict[str, Any]], list[str]]:
     """Every ``(test, metric, condition)`` value in the tests' metrics.json, and why any could not be read."""
     rows: list[dict[str, Any]] = []
@@ -57,6 +62,9 @@ def headline_metrics(run: Run) -> tuple[list[dict[str, Any]], list[str]]:
         except (OSError, ValueError) as exc:  # UnsafeFile: a link, FIFO or device, or past the cap
             problems.append(f"{rel} could not be read ({type(exc).__name__}): its numbers are not shown")
             continue
+        if too_deep := nesting_problem(document):  # walked below, and quoted: never past a sane depth
+            problems.append(f"{rel} could not be read ({too_deep}): its numbers are not shown")
+            continue
         listed = document.get("metrics") if isinstance(document, dict) else None
         for row in listed if isinstance(listed, list) else ():
             if not isinstance(row, dict) or not isinstance(row.get("metric"), str):
@@ -66,7 +74,7 @@ def headline_metrics(run: Run) -> tuple[list[dict[str, Any]], list[str]]:
                 {
                     "test_id": test.test_id,
                     "metric": row["metric"],
-                    "condition_id": str(row.get("condition_id", "")),
+                    "condition_id": _text(row.get("condition_id", "")),
                     "value": _number(row.get("value")),
                     "precision": precision if isinstance(precision, int) and 0 <= precision <= 12 else None,
                     "direction": row.get("direction") if isinstance(row.get("direction"), str) else None,

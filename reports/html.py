@@ -63,3 +63,31 @@ def render_index(model: Mapping[str, Any]) -> str:
         .get_template("index.html")
         .render(policy=Markup(policy), script=Markup(script), **model)
     )
+
+
+def render_fallback(doc: Mapping[str, Any], problem: str) -> str:
+    """A page without template or figures, for when :func:`render_run` failed: the answer and every verdict.
+
+    Built with :func:`html.escape` alone, so that whatever broke the real page cannot break this one.
+    """
+    import html as markup
+
+    def text(value: Any) -> str:
+        return markup.escape(str(value), quote=True)
+
+    teardown = doc.get("teardown") or {}
+    rows = "".join(
+        f"<tr><td>{text(item.get('audit'))}</td><td>{text(item.get('subject'))}</td>"
+        f"<td>{text(item.get('verdict'))}</td><td>{text(item.get('message'))}</td></tr>"
+        for item in doc.get("verdicts", ())
+    )
+    return (
+        '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
+        f'<meta http-equiv="Content-Security-Policy" content="{BASE_POLICY}">'
+        f"<title>runaudit: {text(doc.get('run_id'))}</title></head><body>"
+        f"<h1>runaudit: {text(doc.get('run_id'))}</h1><p>{text(problem)}</p>"
+        f"<p>Safe to tear down? {text(str(teardown.get('answer', 'no')).upper())}: "
+        f"{text(teardown.get('reason', ''))}</p>"
+        f"<table><tr><th>audit</th><th>subject</th><th>verdict</th><th>message</th></tr>{rows}</table>"
+        "</body></html>\n"
+    )

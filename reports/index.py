@@ -20,7 +20,9 @@ from typing import Any
 
 import runaudit
 from runaudit.atomic import write_bytes_atomic
-from runaudit.reports.document import INDEX_STEM, report_stem
+from runaudit.fixtures.verdicts import printable
+from runaudit.manifest import nesting_problem
+from runaudit.reports.document import INDEX_STEM, REPORT_DEPTH, report_stem
 from runaudit.reports.findings import GATE_ORDER
 from runaudit.reports.schema import report_problems
 from runaudit.runners import RunnerError, existing_dir
@@ -102,8 +104,12 @@ def read_reports(folder: Path) -> list[tuple[Path, Mapping[str, Any] | None, str
         else:
             try:
                 document = json.loads(path.read_bytes())
+            except RecursionError:  # the parser's own stack: a file nested thousands of levels deep
+                problem = "not valid JSON (nested too deeply to read)"
             except ValueError as exc:
                 problem = f"not valid JSON ({exc})"
+        if document is not None and (too_deep := nesting_problem(document, REPORT_DEPTH)):
+            problem, document = f"not a runaudit.report/1 document: {too_deep}", None
         if document is not None:
             problems = report_problems(document, limit=1)
             if problems:
@@ -164,7 +170,7 @@ def sweep(folder: Path) -> dict[str, Any]:
     columns = _columns(document for _, document in documents)
     rows = [_row(path, document, columns) for path, document in documents]
     broken = [
-        Row(path.name, None, "", "no", {}, [Cell("", "") for _ in columns], problem)
+        Row(printable(path.name), None, "", "no", {}, [Cell("", "") for _ in columns], problem)
         for path, document, problem in reports
         if document is None
     ]

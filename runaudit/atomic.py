@@ -44,5 +44,15 @@ def write_bytes_atomic(path: Path, data: bytes) -> Path:
 
 
 def write_json_atomic(path: Path, document: Any) -> Path:
+    """``document`` as indented UTF-8 JSON, written atomically.
+
+    A string holding a lone surrogate (a file name that was not UTF-8, reaching Python as surrogate
+    escapes) has no UTF-8 form; the document is then written with ASCII escapes instead (``"\\udcff"``),
+    which reads back as exactly the same strings, rather than not at all.
+    """
     text = json.dumps(document, indent=2, sort_keys=False, ensure_ascii=False) + "\n"
-    return write_bytes_atomic(path, text.encode("utf-8"))
+    try:
+        data = text.encode("utf-8")
+    except UnicodeEncodeError:
+        data = (json.dumps(document, indent=2, sort_keys=False) + "\n").encode("ascii")
+    return write_bytes_atomic(path, data)

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from runaudit.fixtures.plugin import REPORT_DIR_OPTION, ROOT_OPTION, RUN_OPTION
 from runaudit.runners import RunnerError
 from runaudit.runners.manifest import parse_roster
 
@@ -65,13 +66,13 @@ class Sweep:
             "-p",
             "no:cacheprovider",
             "-q",
-            "--root",
+            ROOT_OPTION,
             str(self.root),
-            "--report-dir",
+            REPORT_DIR_OPTION,
             str(self.root / "reports"),
             *self.audit_args,
         ]
-        return f'{shlex.join(args)} --run "$RUN_ID"'
+        return f'{shlex.join(args)} {RUN_OPTION} "$RUN_ID"'
 
 
 def _templated(part: str) -> str:

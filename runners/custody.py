@@ -26,6 +26,7 @@ from typing import Any
 import runaudit
 from runaudit import manifest as manifests
 from runaudit.atomic import write_json_atomic
+from runaudit.fixtures.plugin import FRESH_HASHES_OPTION, PULL_OPTION
 from runaudit.ids import is_safe_id
 from runaudit.receipts import ACCEPTANCE_VERSION, RECEIPT_VERSION, snapshot
 from runaudit.runners import RunnerError, existing_dir
@@ -33,7 +34,7 @@ from runaudit.runners.suite import failures, run_suites
 from runaudit.schema import schema_problems
 
 # The receipt audit is what this verification produces, so it cannot be one of its inputs.
-VERIFY_ARGS = ("-m", "custody", "--fresh-hashes", "-k", "not test_receipt")
+VERIFY_ARGS = ("-m", "custody", FRESH_HASHES_OPTION, "-k", "not test_receipt")
 
 
 def utc_now() -> str:
@@ -98,7 +99,9 @@ def verify_pull(root: Path, pull_id: str, *, log: Callable[[str], None] = print)
         log(f"verify {pull_id}: auditing {run_id} at {holder / run_id}")
     listed = [entry["path"] for run_id in present for entry in manifest.entries_of(run_id)]
     before = snapshot(holder, listed)
-    suites = run_suites([holder / run_id for run_id in present], root, args=(*VERIFY_ARGS, "--pull", pull_id))
+    suites = run_suites(
+        [holder / run_id for run_id in present], root, args=(*VERIFY_ARGS, PULL_OPTION, pull_id)
+    )
     for run_id in present:
         report, output = suites[holder / run_id]
         if report is None:

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from runaudit.atomic import write_bytes_atomic, write_json_atomic
+from runaudit.fixtures.plugin import REPORT_DIR_OPTION, ROOT_OPTION, RUN_OPTION
 from runaudit.reports import document, html
 from runaudit.reports.document import report_stem
 from runaudit.runners import RunnerError, existing_dir
@@ -59,11 +60,11 @@ def audit_on_box(
                 "-p",
                 "no:cacheprovider",
                 "-q",
-                "--run",
+                RUN_OPTION,
                 run_id,
-                "--root",
+                ROOT_OPTION,
                 str(box.root),
-                "--report-dir",
+                REPORT_DIR_OPTION,
                 reports,
                 *pytest_args,
             ]
@@ -117,7 +118,8 @@ def add_verb(verbs: argparse._SubParsersAction) -> None:
         usage="runaudit audit [options] RUN_ID [-- PYTEST ARGS ...]",
         help="run the audits on the box (live, preflight, or all) and merge the verdicts into the local report",
         description="Options come before RUN_ID; what follows it goes to pytest on the box, "
-        "e.g. -- -m preflight --profile autodl.",
+        "e.g. -- -m preflight --runaudit-profile autodl --runaudit-budget disk=40G. The options before "
+        "RUN_ID (--profile, --root, --report-dir) are this command's own.",
     )
     parser.add_argument("run_id", metavar="RUN_ID")
     add_box_arguments(parser)

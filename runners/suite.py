@@ -22,6 +22,7 @@ from typing import Any
 
 import runaudit
 from runaudit import manifest as manifests
+from runaudit.fixtures.plugin import REPORT_DIR_OPTION, REPORT_FORMAT_OPTION, ROOT_OPTION, RUN_OPTION
 from runaudit.fixtures.verdicts import AUDITS_DIR
 from runaudit.hashing import hash_before_fork
 from runaudit.reports.document import report_stem
@@ -42,8 +43,8 @@ def _pytest_args(
     # garbage-collection sweeps for unraisable exceptions: together about a second per capsule.
     return [
         "-c", os.devnull, "--rootdir", str(capsule), "-p", "no:cacheprovider", "-p", "no:unraisableexception",
-        "--capture=no", "-q", "--run", str(capsule), "--root", str(root), "--report-dir", reports,
-        "--report-format", "json", "--strict", *args, *paths,
+        "--capture=no", "-q", RUN_OPTION, str(capsule), ROOT_OPTION, str(root), REPORT_DIR_OPTION, reports,
+        REPORT_FORMAT_OPTION, "json", "--strict", *args, *paths,
     ]  # fmt: skip
 
 
@@ -58,7 +59,10 @@ def _read_report(reports: str, capsule: Path, output: str) -> tuple[dict[str, An
 def run_suite(
     capsule: Path, root: Path, *, modules: Sequence[str] = (), args: Sequence[str] = ()
 ) -> tuple[dict[str, Any] | None, str]:
-    """``pytest --run=capsule --root=root --strict [args] [audits/<modules>]``: (report or None, output)."""
+    """``pytest --run=capsule --runaudit-root=root --strict [args] [audits/<modules>]``: (report, output).
+
+    The report is None when the session wrote none.
+    """
     checkout = str(Path(runaudit.__file__).resolve().parent.parent)
     env = {
         **os.environ,

@@ -100,3 +100,24 @@ def run_audits(pytester: pytest.Pytester) -> Callable[..., AuditRun]:
         return AuditRun(result, json.loads(path.read_text()) if path.is_file() else None)
 
     return run
+
+
+# Modules whose tests start a real sshd, drive Chromium, train beyond the shared demo or run many whole
+# sessions in subprocesses: `pytest -m "not slow"` leaves them out of the inner loop; CI runs everything.
+SLOW_MODULES = frozenset(
+    {
+        "test_report_browser.py",
+        "test_hostile_corpus.py",
+        "test_demo.py",
+        "test_report_twins.py",
+        "test_terminal_progress.py",
+        "test_capsule_code.py",
+        "test_science_demo.py",
+    }
+)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.path.name in SLOW_MODULES or item.path.parent.name == "box":
+            item.add_marker(pytest.mark.slow)

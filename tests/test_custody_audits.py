@@ -304,3 +304,12 @@ def test_allow_pickle_is_explicit_and_recorded(
     [item] = [i for i in outcome.find("checkpoint.safe_load") if i["subject"] == "best.pth"]
     assert item["verdict"] == "passed" and item["evidence"]["unsafe_load"] is True
     assert "--allow-pickle" in item["message"]
+
+
+def test_manifest_totals_that_disagree_with_the_entries_fail_present(
+    run_audits, capsule_dir: Path, project: Path, manifest_path: Path
+) -> None:
+    _edit_json(manifest_path, lambda document: document["totals"].update(bytes=1))
+    outcome = run_audits(capsule_dir, project, "-k", "manifest")
+    [present] = outcome.find("manifest.present")
+    assert present["verdict"] == "failed" and "totals.bytes says 1" in present["message"]

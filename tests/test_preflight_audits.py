@@ -75,7 +75,7 @@ def test_a_roomy_machine_passes_the_budgeted_checks(run_audits, live_project: Pa
         assert found[f"preflight.{name}"] == "passed", outcome.find(f"preflight.{name}")
     if shutil.which("nvidia-smi") is None:
         assert found["preflight.gpu_health"] == "not_applicable"
-    assert found["preflight.profile_stamps"] == "not_run"  # no --profile: nothing to date
+    assert found["preflight.profile_stamps"] == "not_run"  # no --runaudit-profile: nothing to date
     assert not list((live_project).glob(".runaudit-probe-*"))  # the writable probe cleaned up after itself
     assert outcome.result.ret == 0
 
@@ -91,8 +91,8 @@ def test_without_a_budget_the_checks_say_not_run_and_name_the_key(run_audits, li
         "preflight.memory_limit",
         "preflight.shm",
     } <= set(messages)
-    assert "--budget disk=" in messages["preflight.disk_bytes"]
-    assert "--budget workers=" in messages["preflight.shm"]
+    assert "--runaudit-budget disk=" in messages["preflight.disk_bytes"]
+    assert "--runaudit-budget workers=" in messages["preflight.shm"]
 
 
 def test_a_budget_this_machine_cannot_hold_fails_each_check(run_audits, live_project: Path) -> None:
@@ -138,7 +138,7 @@ def test_the_profile_places_the_durable_folder_and_an_empty_override_removes_it(
         live_project,
         "-m",
         "preflight",
-        "--profile",
+        "--runaudit-profile",
         str(profile),
         "--override",
         f"DATA_DIR={tmp_path}",
@@ -149,7 +149,7 @@ def test_the_profile_places_the_durable_folder_and_an_empty_override_removes_it(
     item = outcome.find("preflight.durable_writable")[0]
     assert item["verdict"] == "failed" and f"{missing} does not exist" in item["message"]
     outcome = run_audits(
-        RUN, live_project, "-m", "preflight", "--profile", str(profile), "--override", "DURABLE_DIR="
+        RUN, live_project, "-m", "preflight", "--runaudit-profile", str(profile), "--override", "DURABLE_DIR="
     )
     item = outcome.find("preflight.durable_writable")[0]
     assert item["verdict"] == "not_applicable" and "DURABLE_DIR is explicitly none" in item["message"]
@@ -159,7 +159,12 @@ def test_stale_governing_facts_fail_and_fresh_ones_pass(
     run_audits, live_project: Path, tmp_path: Path
 ) -> None:
     stale = run_audits(
-        RUN, live_project, "-m", "preflight", "--profile", str(profile_file(tmp_path, verified="2001-01"))
+        RUN,
+        live_project,
+        "-m",
+        "preflight",
+        "--runaudit-profile",
+        str(profile_file(tmp_path, verified="2001-01")),
     )
     item = stale.find("preflight.profile_stamps")[0]
     assert item["verdict"] == "failed"
@@ -171,7 +176,7 @@ def test_stale_governing_facts_fail_and_fresh_ones_pass(
         live_project,
         "-m",
         "preflight",
-        "--profile",
+        "--runaudit-profile",
         str(profile_file(tmp_path, verified=this_month, name="fresh.toml")),
     )
     assert fresh.find("preflight.profile_stamps")[0]["verdict"] == "passed"
@@ -186,7 +191,7 @@ def test_the_profile_interpreter_and_detach_primitive_are_checked(
         live_project,
         "-m",
         "preflight",
-        "--profile",
+        "--runaudit-profile",
         str(profile),
         "--override",
         "PY=/opt/nowhere/python",
@@ -196,7 +201,7 @@ def test_the_profile_interpreter_and_detach_primitive_are_checked(
         item["verdict"] == "failed" and "the profile's interpreter is /opt/nowhere/python" in item["message"]
     )
     if shutil.which("sbatch") is None:
-        slurm = run_audits(RUN, live_project, "-m", "preflight", "--profile", "generic-ssh:slurm")
+        slurm = run_audits(RUN, live_project, "-m", "preflight", "--runaudit-profile", "generic-ssh:slurm")
         item = slurm.find("preflight.detach_available")[0]
         assert item["verdict"] == "failed" and "sbatch, which is not installed" in item["message"]
 
@@ -206,8 +211,8 @@ def test_the_profile_interpreter_and_detach_primitive_are_checked(
     [
         (("--budget", "disk=lots"), "--budget disk=lots: 'lots' is not a size"),
         (("--budget", "ram=1G"), "--budget ram: unknown"),
-        (("--profile", "hetzner"), "profile 'hetzner': no such profile"),
-        (("--override", "DATA_DIR=/x"), "--override needs --profile"),
+        (("--runaudit-profile", "hetzner"), "profile 'hetzner': no such profile"),
+        (("--override", "DATA_DIR=/x"), "--override needs --runaudit-profile"),
     ],
 )
 def test_bad_preflight_options_are_one_usage_line(

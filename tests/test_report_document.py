@@ -115,9 +115,7 @@ def test_safe_to_tear_down_needs_held_custody_and_a_current_receipt(project: Pat
     manifest = project / "_trust/pulls/demo/PULL_MANIFEST.json"
     manifest.write_text(manifest.read_text() + " ")
     verdict, reason = answer([custody()])
-    assert (
-        verdict == "not yet" and reason.startswith("receipt demo: run demo: ") and "is stale" in reason
-    )
+    assert verdict == "not yet" and reason.startswith("receipt demo: run demo: ") and "is stale" in reason
     (manifest.parent / "PULL_VERIFIED.json").unlink()
     assert answer([custody()]) == (
         "not yet",

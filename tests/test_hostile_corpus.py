@@ -1,0 +1,716 @@
+"""A hostile-input corpus: whatever bytes a run holds, every audit reaches a verdict and a report is written.
+
+Each case damages a private copy of the verified demo project the way a broken or hostile box could, then
+runs ``pytest --run=<capsule> --root=<project>`` as a user does, in a child process with a deadline (its
+process group is killed on overrun, so a hang fails the case instead of blocking the suite) and a memory
+ceiling. For every case it asserts:
+
+- the session ends within the case's deadline, with an exit status that is not 3 (INTERNALERROR) and no
+  ``Traceback`` anywhere in its output;
+- ``<root>/reports/<run>.json`` exists and is a valid ``runaudit.report/1`` document, beside its page;
+- the audits that own the broken part (listed per case) reached a verdict and none of them ``passed``;
+  the ones a case names as failing say so in one line;
+- nothing was written outside the report folder: the project tree, the folder the session ran in, its
+  private ``TMPDIR`` and any folder a case placed outside the project are identical before and after.
+  One path is allowed to change: ``<root>/cache/runaudit/sha256.json``, the stat-keyed hash cache. It is
+  regenerable state the harness keeps inside the trust boundary by design (README, "Custody"), a copied
+  project has new stat keys so every audit rewrites it, and the deep-cache cases must reach the real
+  file; its folders may appear with it. Anything else that changes is a failure.
+
+Deadlines: a full demo session takes 5-10 s on the 2-core development machine, 20 s when it is shared.
+60 s is the default (a hang, or a walk exponential in the input, is caught; a loaded machine is not taken
+for one). A session that meets a deep recursion prints its long traceback-free report in ~20 s: 60 s
+holds. The 5M-row table gets 180 s: pyarrow reads ~100 MB and several audits scan every row once.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import resource
+import shutil
+import signal
+import stat
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from runaudit.atomic import write_json_atomic
+from runaudit.examples.digits.build import DEMO_RUN_ID
+from runaudit.fixtures.resolve import Location, Root
+from runaudit.fixtures.run import Run
+from runaudit.fixtures.verdicts import EVIDENCE_DEPTH, AuditRecorder, printable
+from runaudit.hashing import HashCache
+from runaudit.manifest import MANIFEST, MAX_JSON_DEPTH, RECEIPT, json_depth
+from runaudit.reports.document import REPORT_DEPTH, plain, report_stem
+from runaudit.reports.index import read_reports
+from runaudit.reports.schema import report_problems
+
+MEMORY_CEILING = 4 << 30  # bytes of address space for the session: a runaway read dies, not the host
+DEFAULT_DEADLINE_S = 60
+DEEP = 100_000  # past any parser's stack: refused while parsing
+WALKABLE = 900  # parses from a shallow stack, but breaks any walker that recurses once or more per level
+HASH_CACHE = ("cache", "runaudit", "sha256.json")
+
+
+# -- building damage ------------------------------------------------------------------------------------
+
+
+def _deep_list(depth: int) -> bytes:
+    return b"[" * depth + b"]" * depth
+
+
+def _deep_object(depth: int) -> bytes:
+    return b'{"a":' * depth + b"1" + b"}" * depth
+
+
+def _with_deep_key(path: Path, depth: int) -> None:
+    """``path``'s own JSON object with one more key holding ``depth`` nested objects (valid JSON)."""
+    text = json.dumps(json.loads(path.read_bytes()))
+    path.write_bytes(text[:-1].encode() + b', "zz_deep": ' + _deep_object(depth) + b"}")
+
+
+def _edit_json(path: Path, change: Callable[[dict[str, Any]], None]) -> None:
+    document = json.loads(path.read_text())
+    change(document)
+    path.write_text(json.dumps(document, indent=2))
+
+
+def _manifest(project: Path) -> Path:
+    return project / "_trust" / "pulls" / DEMO_RUN_ID / MANIFEST
+
+
+def _receipt(project: Path) -> Path:
+    return project / "_trust" / "pulls" / DEMO_RUN_ID / RECEIPT
+
+
+def _hash_cache(project: Path) -> Path:
+    return project.joinpath(*HASH_CACHE)
+
+
+def _yaml_bomb(capsule: Path) -> None:
+    """Billion laughs: nine aliases of nine aliases ... (10^9 leaves once expanded, a few hundred bytes)."""
+    lines = ['a0: &a0 ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]']
+    for level in range(1, 10):
+        previous = f"*a{level - 1}"
+        lines.append(f"a{level}: &a{level} [{', '.join([previous] * 9)}]")
+    (capsule / "config.yaml").write_text("\n".join(lines) + "\n")
+
+
+def _rebind_best(capsule: Path, payload: Any) -> None:
+    """Save ``payload`` as best.pth and bind run.json to its bytes, so the content itself is judged."""
+    import torch  # deferred: only checkpoint cases need it
+
+    torch.save(payload, capsule / "best.pth")
+    digest = hashlib.sha256((capsule / "best.pth").read_bytes()).hexdigest()
+    _edit_json(capsule / "run.json", lambda run: run["checkpoints"]["best"].update(sha256=digest))
+
+
+def _best_state(capsule: Path) -> dict[str, Any]:
+    import torch
+
+    return torch.load(capsule / "best.pth", weights_only=True)
+
+
+def _deep_checkpoint(capsule: Path) -> None:
+    """best.pth holding the real state plus a list nested 20 000 deep.
+
+    Pickling it recurses once per level in C, so it is saved on a thread with a large stack.
+    """
+    state = _best_state(capsule)
+    nested: list[Any] = []
+    for _ in range(20_000):
+        nested = [nested]
+    state["nested"] = nested
+    failure: list[BaseException] = []
+
+    def save() -> None:
+        limit = sys.getrecursionlimit()
+        sys.setrecursionlimit(200_000)
+        try:
+            _rebind_best(capsule, state)
+        except BaseException as exc:  # handed back below
+            failure.append(exc)
+        finally:
+            sys.setrecursionlimit(limit)
+
+    size = threading.stack_size(512 << 20)
+    try:
+        worker = threading.Thread(target=save)
+        worker.start()
+        worker.join()
+    finally:
+        threading.stack_size(size)
+    if failure:
+        raise failure[0]
+
+
+def _results_rows(capsule: Path, rows: int) -> None:
+    """results.parquet with ``rows`` rows of the demo's own columns and types (its rows repeated)."""
+    import numpy as np
+    import pyarrow.parquet as pq
+
+    path = capsule / "test" / "main" / "results.parquet"
+    table = pq.read_table(path)
+    pq.write_table(table.take(np.arange(rows) % table.num_rows), path)
+
+
+def _results_wrong_types(capsule: Path) -> None:
+    """results.parquet whose every column holds strings (numbers as text, lists as their repr)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path = capsule / "test" / "main" / "results.parquet"
+    table = pq.read_table(path)
+    columns = {
+        name: pa.array([str(value) for value in table[name].to_pylist()]) for name in table.column_names
+    }
+    pq.write_table(pa.table(columns), path)
+
+
+def _symlinked_capsule(project: Path, capsule: Path, outside: Path) -> str:
+    """``runs/demo`` is a link to a copy outside the root (a mount of the box); audited by path."""
+    target = outside / DEMO_RUN_ID
+    shutil.copytree(capsule, target)
+    shutil.rmtree(capsule)
+    (project / "runs").mkdir()
+    (project / "runs" / DEMO_RUN_ID).symlink_to(target, target_is_directory=True)
+    return str(project / "runs" / DEMO_RUN_ID)
+
+
+def _folder_swapped_for_link(project: Path, capsule: Path, outside: Path) -> None:
+    elsewhere = outside / "test"
+    shutil.copytree(capsule / "test", elsewhere)
+    shutil.rmtree(capsule / "test")
+    (capsule / "test").symlink_to(elsewhere, target_is_directory=True)
+
+
+def _tamper_byte(capsule: Path) -> None:
+    csv = capsule / "train.csv"
+    text = csv.read_text()
+    position = text.index("\n") + 5  # inside the first data row, same size
+    csv.write_text(text[:position] + ("1" if text[position] != "1" else "2") + text[position + 1 :])
+
+
+class _Payload:
+    """Unpickling this object would create a folder: proof that code ran (it must never run)."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (os.mkdir, (str(self.marker),))
+
+
+def _nonfinite_tensor(capsule: Path) -> None:
+    state = _best_state(capsule)
+    first = next(iter(state["model"]))
+    state["model"][first] = state["model"][first].clone()
+    state["model"][first].view(-1)[3] = float("nan")
+    _rebind_best(capsule, state)
+
+
+def _truncated_zip(capsule: Path) -> None:
+    best = capsule / "best.pth"
+    data = best.read_bytes()[:-4096]
+    best.write_bytes(data)
+    digest = hashlib.sha256(data).hexdigest()
+    _edit_json(capsule / "run.json", lambda run: run["checkpoints"]["best"].update(sha256=digest))
+
+
+def _unsafe_manifest_path(project: Path) -> None:
+    def add(document: dict[str, Any]) -> None:
+        document["files"].append({"path": "demo/../../etc/passwd", "bytes": 1, "sha256": "0" * 64})
+
+    _edit_json(_manifest(project), add)
+
+
+# -- the corpus -----------------------------------------------------------------------------------------
+
+Damage = Callable[[Path, Path, Path], "str | None"]  # (project, capsule, outside) -> a --run spec, or None
+
+
+@dataclass(frozen=True)
+class Case:
+    """One hostile input: how to make it, which audits own it, and what the report must show."""
+
+    id: str
+    damage: Damage
+    owners: tuple[str, ...] = ()  # "audit" or "audit[subject]" owning the broken part: reached, never passed
+    failing: tuple[str, ...] = ()  # owners that must say ``failed``, in one line
+    shows: str = ""  # text that the JSON report's messages and the page must both hold
+    deadline_s: int = DEFAULT_DEADLINE_S
+    # The broken file is the regenerable hash cache: it is not the run's defect, so no audit may fail for
+    # it; every file is hashed fresh instead and every manifest.sha256 verdict passes on fresh bytes.
+    regenerable: bool = False
+
+
+def _on_capsule(damage: Callable[[Path], object]) -> Damage:
+    def apply(project: Path, capsule: Path, outside: Path) -> None:
+        damage(capsule)
+
+    return apply
+
+
+def _on_project(damage: Callable[[Path], object]) -> Damage:
+    def apply(project: Path, capsule: Path, outside: Path) -> None:
+        damage(project)
+
+    return apply
+
+
+def _write(where: Callable[[Path, Path], Path], data: bytes) -> Damage:
+    """Replace (or create) the file ``where(project, capsule)`` with ``data``."""
+
+    def apply(project: Path, capsule: Path, outside: Path) -> None:
+        path = where(project, capsule)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+
+    return apply
+
+
+def _replace_text(rel: str, old: str, new: str) -> Damage:
+    """Edit the text of ``<capsule>/<rel>`` in place (for what ``json.dumps`` cannot write)."""
+
+    def apply(project: Path, capsule: Path, outside: Path) -> None:
+        path = capsule / rel
+        text = path.read_text()
+        assert old in text
+        path.write_text(text.replace(old, new, 1))
+
+    return apply
+
+
+def _fifo_run_json(capsule: Path) -> None:
+    (capsule / "run.json").unlink()
+    os.mkfifo(capsule / "run.json")
+
+
+def _not_utf8_name(capsule: Path) -> None:
+    with open(os.fsencode(capsule) + b"/bad\xff.txt", "wb") as handle:
+        handle.write(b"a file whose name is not UTF-8")
+
+
+def _link_out_of_the_root(project: Path, capsule: Path, outside: Path) -> None:
+    (capsule / "test" / "main" / "link.txt").symlink_to(outside / "note.txt")
+
+
+def _manifest_into_the_capsule(project: Path, capsule: Path, outside: Path) -> None:
+    shutil.move(_manifest(project), capsule / MANIFEST)
+
+
+def _pickle_payload(project: Path, capsule: Path, outside: Path) -> None:
+    _rebind_best(capsule, {**_best_state(capsule), "extra": _Payload(outside / "payload-ran")})
+
+
+def _deep_unique_items(capsule: Path) -> None:
+    """Two equal deep lists where run.json's schema asks for unique items (jsonschema compares them)."""
+    deep = json.loads(_deep_list(WALKABLE))
+    _edit_json(capsule / "run.json", lambda run: run["tests"][0].update(conditions=[deep, deep]))
+
+
+def _cache_entry_without_digest(project: Path, capsule: Path, outside: Path) -> None:
+    """A cache entry with train.csv's exact stat key but no digest after it (a torn or forged cache)."""
+    from runaudit.hashing import stat_key
+
+    entry = stat_key(os.lstat(capsule / "train.csv"))
+    path = _hash_cache(project)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"version": 1, "entries": {str(capsule / "train.csv"): entry}}))
+
+
+def _older_manifest(project: Path) -> None:
+    _edit_json(_manifest(project), lambda document: document.update(created_utc="2026-01-01T00:00:00Z"))
+
+
+RUN_JSON = ("capsule.run_json_schema",)
+METRICS = ("capsule.metrics_schema",)
+PRESENT = ("manifest.present",)
+RECEIPT_AUDIT = ("manifest.receipt",)
+BEST_SAFE_LOAD = "checkpoint.safe_load[best.pth]"
+
+
+def _run_json(project: Path, capsule: Path) -> Path:
+    return capsule / "run.json"
+
+
+def _metrics(project: Path, capsule: Path) -> Path:
+    return capsule / "test" / "main" / "metrics.json"
+
+
+CASES = [
+    # 1. nesting past the parser's stack, and nesting the parser takes but any recursive walker would not
+    Case("run-json-deep-list", _write(_run_json, _deep_list(DEEP)), RUN_JSON, RUN_JSON),
+    Case("run-json-deep-object", _write(_run_json, _deep_object(DEEP)), RUN_JSON, RUN_JSON),
+    Case(
+        "run-json-walkable-deep",
+        _on_capsule(lambda capsule: _with_deep_key(capsule / "run.json", WALKABLE)),
+        RUN_JSON,
+        RUN_JSON,
+    ),
+    Case("run-json-deep-unique-items", _on_capsule(_deep_unique_items), RUN_JSON, RUN_JSON),
+    Case(
+        "manifest-deep-list",
+        _write(lambda p, c: _manifest(p), _deep_list(DEEP)),
+        PRESENT,
+        PRESENT,
+        shows="PULL_MANIFEST.json is not valid JSON (nested too deeply",
+    ),
+    Case(
+        "manifest-walkable-deep",
+        _on_project(lambda project: _with_deep_key(_manifest(project), WALKABLE)),
+        PRESENT,
+        PRESENT,
+    ),
+    Case("metrics-deep-object", _write(_metrics, _deep_object(DEEP)), METRICS, METRICS),
+    Case(
+        "metrics-walkable-deep",
+        _on_capsule(lambda capsule: _with_deep_key(capsule / "test" / "main" / "metrics.json", WALKABLE)),
+        METRICS,
+        METRICS,
+    ),
+    Case(
+        "receipt-deep-list", _write(lambda p, c: _receipt(p), _deep_list(DEEP)), RECEIPT_AUDIT, RECEIPT_AUDIT
+    ),
+    Case(
+        "receipt-walkable-deep",
+        _on_project(lambda project: _with_deep_key(_receipt(project), WALKABLE)),
+        RECEIPT_AUDIT,
+        RECEIPT_AUDIT,
+    ),
+    Case("hash-cache-deep-object", _write(lambda p, c: _hash_cache(p), _deep_object(DEEP)), regenerable=True),
+    Case(
+        "hash-cache-walkable-entry",
+        _write(
+            lambda p, c: _hash_cache(p), b'{"version": 1, "entries": {"x": ' + _deep_list(WALKABLE) + b"}}"
+        ),
+        regenerable=True,
+    ),
+    Case("hash-cache-entry-without-digest", _cache_entry_without_digest, regenerable=True),
+    # 2. names and strings that have no UTF-8 form
+    Case(
+        "file-name-not-utf8",
+        _on_capsule(_not_utf8_name),
+        ("capsule.closed_world",),
+        ("capsule.closed_world",),
+        shows="bad\\xff.txt",
+    ),
+    Case(
+        "run-json-lone-surrogate",
+        _replace_text("run.json", '"test_id": "main"', '"test_id": "ma\\ud800in"'),
+        RUN_JSON,
+        RUN_JSON,
+        shows="\\ud800",
+    ),
+    # 3. other hostile bytes (several are being fixed outside this file: see the module docstring)
+    Case("config-yaml-alias-bomb", _on_capsule(_yaml_bomb), ("capsule.config_hash",)),
+    Case(
+        "results-5m-rows",
+        _on_capsule(lambda capsule: _results_rows(capsule, 5_000_000)),
+        ("capsule.results_table",),
+        deadline_s=180,
+    ),
+    Case("results-wrong-column-types", _on_capsule(_results_wrong_types), ("capsule.results_table",)),
+    Case("checkpoint-20k-deep-list", _on_capsule(_deep_checkpoint), (BEST_SAFE_LOAD,)),
+    Case(
+        "run-json-duplicate-key",
+        _replace_text("run.json", '"kind": "software"', '"kind": "software", "kind": "hardware"'),
+        RUN_JSON,
+        RUN_JSON,
+    ),
+    Case(
+        "run-json-fifo",
+        _on_capsule(_fifo_run_json),
+        ("capsule.required_paths[run.json]", "capsule.run_json_schema"),
+        ("capsule.required_paths[run.json]",),
+    ),
+    Case(
+        "capsule-folder-symlinked", _symlinked_capsule, ("manifest.path_safety",), ("manifest.path_safety",)
+    ),
+    # 4. the custody cases of tests/test_custody_audits.py and tests/test_teardown_trust.py, whole sessions
+    Case(
+        "tampered-byte",
+        _on_capsule(_tamper_byte),
+        ("manifest.sha256[train.csv]",),
+        ("manifest.sha256[train.csv]",),
+    ),
+    Case(
+        "truncated-checkpoint-file",
+        _on_capsule(
+            lambda capsule: (capsule / "best.pth").write_bytes((capsule / "best.pth").read_bytes()[:1000])
+        ),
+        ("manifest.size[best.pth]",),
+        ("manifest.size[best.pth]",),
+    ),
+    Case(
+        "missing-file",
+        _on_capsule(lambda capsule: (capsule / "train.csv").unlink()),
+        ("manifest.roster",),
+        ("manifest.roster",),
+    ),
+    Case(
+        "symlink-out-of-the-root", _link_out_of_the_root, ("manifest.path_safety",), ("manifest.path_safety",)
+    ),
+    Case(
+        "manifest-dotdot-path",
+        _on_project(_unsafe_manifest_path),
+        ("manifest.path_safety",),
+        ("manifest.path_safety",),
+    ),
+    Case("manifest-inside-the-capsule", _manifest_into_the_capsule, PRESENT, PRESENT),
+    Case("receipt-of-an-older-manifest", _on_project(_older_manifest), RECEIPT_AUDIT, RECEIPT_AUDIT),
+    Case("checkpoint-pickle-payload", _pickle_payload, (BEST_SAFE_LOAD,), (BEST_SAFE_LOAD,)),
+    Case(
+        "checkpoint-nan",
+        _on_capsule(_nonfinite_tensor),
+        ("checkpoint.finite[best.pth]",),
+        ("checkpoint.finite[best.pth]",),
+    ),
+    Case(
+        "checkpoint-truncated-zip",
+        _on_capsule(_truncated_zip),
+        (BEST_SAFE_LOAD,),
+        (BEST_SAFE_LOAD,),
+    ),
+    Case(
+        "folder-swapped-for-a-link",
+        _folder_swapped_for_link,
+        ("manifest.path_safety", "manifest.receipt"),
+        ("manifest.path_safety",),
+    ),
+]
+
+
+# -- running a session, bounded -------------------------------------------------------------------------
+
+
+def _ceiling() -> None:
+    """In the child, before exec: cap its address space, so a runaway read fails instead of the host."""
+    resource.setrlimit(resource.RLIMIT_AS, (MEMORY_CEILING, MEMORY_CEILING))
+
+
+def _session(spec: str, project: Path, cwd: Path, tmp: Path, deadline_s: int) -> tuple[int, str, float]:
+    """``pytest --run=<spec> --root=<project>`` in its own process group; killed past the deadline.
+
+    ``--basetemp`` puts pytest's own ``tmp_path`` folders (the smoke audits' scratch) where the command
+    line says, as a user may, instead of under ``TMPDIR``: the watched temp folder then shows what the
+    harness itself leaves there, which must be nothing.
+    """
+    argv = [sys.executable, "-m", "pytest", "-p", "runaudit.fixtures.plugin", "-p", "no:cacheprovider"]
+    argv += ["--run", spec, "--root", str(project), "--basetemp", str(cwd.parent / "basetemp")]
+    environment = {
+        **os.environ,
+        "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",
+        "TMPDIR": str(tmp),  # watched: a session leaves nothing behind in its temp folder either
+        "RUNAUDIT_FIGURE_CACHE": "off",  # figures are drawn, never kept outside the report folder
+        "PYTHONDONTWRITEBYTECODE": "1",
+    }
+    log = cwd.parent / "session.log"
+    started = time.monotonic()
+    with log.open("wb") as output:
+        child = subprocess.Popen(
+            argv,
+            cwd=cwd,
+            stdin=subprocess.DEVNULL,
+            stdout=output,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            preexec_fn=_ceiling,
+            env=environment,
+        )
+        try:
+            code = child.wait(timeout=deadline_s)
+        except subprocess.TimeoutExpired:
+            os.killpg(child.pid, signal.SIGKILL)  # the group we started: the session and any child of it
+            child.wait()
+            tail = log.read_bytes()[-3000:].decode("utf-8", "backslashreplace")
+            pytest.fail(f"pytest --run={spec} did not end within {deadline_s} s:\n{tail}")
+    return code, log.read_bytes().decode("utf-8", "backslashreplace"), time.monotonic() - started
+
+
+def _snapshot(*tops: Path) -> dict[bytes, tuple[Any, ...]]:
+    """Every path below ``tops`` (links not followed), as bytes: kind, and size, mtime and inode for files.
+
+    Folders are recorded by existence only: their mtime changes whenever an allowed file appears in them.
+    """
+    state: dict[bytes, tuple[Any, ...]] = {}
+    for top in tops:
+        for folder, dirs, files in os.walk(os.fsencode(top)):
+            for name in (*dirs, *files):
+                path = os.path.join(folder, name)
+                info = os.lstat(path)
+                kind = stat.S_IFMT(info.st_mode)
+                if stat.S_ISREG(info.st_mode):
+                    state[path] = (kind, info.st_size, info.st_mtime_ns, info.st_ino)
+                elif stat.S_ISLNK(info.st_mode):
+                    state[path] = (kind, os.readlink(path))
+                else:
+                    state[path] = (kind,)
+    return state
+
+
+def _allowed(path: bytes, project: Path) -> bool:
+    """The report folder, and the hash cache with the folders that hold it."""
+    root = os.fsencode(project)
+    reports = os.path.join(root, b"reports")
+    cache = os.path.join(root, *map(os.fsencode, HASH_CACHE))
+    holders = {os.path.dirname(cache), os.path.dirname(os.path.dirname(cache))}
+    return path in {reports, cache, *holders} or path.startswith(reports + b"/")
+
+
+def _changes(before: dict[bytes, Any], after: dict[bytes, Any], project: Path) -> list[str]:
+    changed = [path for path in before.keys() | after.keys() if before.get(path) != after.get(path)]
+    return sorted(os.fsdecode(path) for path in changed if not _allowed(path, project))
+
+
+def _verdicts_of(report: dict[str, Any], owner: str) -> list[dict[str, Any]]:
+    """The verdicts of ``audit`` (every subject) or of ``audit[subject]`` (that one)."""
+    audit, _, subject = owner.partition("[")
+    return [
+        item
+        for item in report["verdicts"]
+        if item["audit"] == audit and (not subject or item["subject"] == subject[:-1])
+    ]
+
+
+# -- the test -------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("case", CASES, ids=[case.id for case in CASES])
+def test_hostile_input_reaches_verdicts_and_a_report(
+    case: Case, project: Path, capsule_dir: Path, tmp_path: Path
+) -> None:
+    outside, cwd, tmp = tmp_path / "outside", tmp_path / "session", tmp_path / "tmp"
+    for folder in (outside, cwd, tmp):
+        folder.mkdir()
+    (outside / "note.txt").write_text("bytes outside the project root")
+    spec = case.damage(project, capsule_dir, outside) or str(capsule_dir)
+    watched = (project, cwd, tmp, outside)
+    before = _snapshot(*watched)
+
+    code, output, elapsed = _session(spec, project, cwd, tmp, case.deadline_s)
+
+    assert code != pytest.ExitCode.INTERNAL_ERROR and "INTERNALERROR" not in output, output[-4000:]
+    assert "Traceback" not in output, output[-4000:]
+    assert elapsed < case.deadline_s
+    report_path = project / "reports" / f"{report_stem(DEMO_RUN_ID)}.json"
+    assert report_path.is_file(), f"no report (exit {code}):\n{output[-4000:]}"
+    assert report_path.with_suffix(".html").is_file()
+    report = json.loads(report_path.read_bytes())
+    assert report_problems(report) == []
+    for owner in case.owners:
+        verdicts = _verdicts_of(report, owner)
+        assert verdicts, f"{case.id}: {owner} reached no verdict"
+        assert all(item["verdict"] != "passed" for item in verdicts), f"{case.id}: {owner}: {verdicts}"
+    for owner in case.failing:
+        verdicts = _verdicts_of(report, owner)
+        failed = [item for item in verdicts if item["verdict"] == "failed"]
+        assert failed, f"{case.id}: {owner} did not fail: {verdicts}"
+        assert all(item["message"] and "\n" not in item["message"] for item in failed), failed
+    if case.regenerable:
+        hashes = [item for item in report["verdicts"] if item["audit"] == "manifest.sha256"]
+        assert len(hashes) > 400 and {(item["verdict"], item["evidence"]["hashed"]) for item in hashes} == {
+            ("passed", "fresh")
+        }
+    if case.shows:
+        assert any(case.shows in item["message"] for item in report["verdicts"]), case.shows
+        assert case.shows in report_path.with_suffix(".html").read_text(encoding="utf-8")
+    changes = _changes(before, _snapshot(*watched), project)
+    assert changes == [], f"{case.id}: written outside the report folder: {changes}"
+    assert not (outside / "payload-ran").exists()
+
+
+# -- the same rules, in process: each piece that a deep or undecodable value reaches ---------------------
+
+
+def _nested(depth: int) -> list[Any]:
+    """A list nested ``depth`` deep, built without recursion (as a parser that refused nothing would)."""
+    value: list[Any] = []
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+def test_evidence_of_any_depth_is_cut_and_can_be_written(tmp_path: Path) -> None:
+    record = {"audit": "capsule.ids", "message": "", "evidence": {}, "affects": [], "verdict": None}
+    AuditRecorder(record, None).evidence(deep=_nested(100_000), wide=[_nested(50)] * 3)
+    written = write_json_atomic(tmp_path / "evidence.json", record)
+    assert "nested too deeply to show" in written.read_text()
+    assert json_depth(json.loads(written.read_bytes())) <= EVIDENCE_DEPTH + 1
+
+
+def test_a_report_document_holding_deep_values_is_cut_to_the_report_depth() -> None:
+    doc = plain({"verdicts": [{"evidence": {"x": _nested(10_000)}}], "run_id": "demo"})
+    assert json_depth(doc) <= REPORT_DEPTH and json.dumps(doc)
+
+
+def test_run_json_nested_past_the_contract_depth_is_a_problem_not_a_crash(
+    project: Path, capsule_dir: Path
+) -> None:
+    _with_deep_key(capsule_dir / "run.json", WALKABLE)
+    run = Run.load(Location(capsule_dir, Root(project, "--root"), "export"))
+    assert run.declared is None
+    assert f"nests more than {MAX_JSON_DEPTH} levels deep" in run.problem and "\n" not in run.problem
+
+
+def test_names_that_are_not_utf8_are_shown_with_escapes(tmp_path: Path) -> None:
+    name = os.fsdecode(b"bad\xff.txt")
+    assert printable(name) == "bad\\xff.txt"
+    assert printable("ma\ud800in") == "ma\\ud800in"  # a lone surrogate from a JSON "\ud800" escape
+    assert printable("accuracy ± 0.01 …") == "accuracy ± 0.01 …"
+    record = {"audit": "capsule.closed_world", "message": "", "evidence": {}, "affects": [], "verdict": None}
+    with pytest.raises(pytest.fail.Exception):
+        AuditRecorder(record, None).fail(f"1 stray path: {name}", stray=[name], **{name: 1})
+    assert record["message"] == "1 stray path: bad\\xff.txt"
+    assert record["evidence"] == {"stray": ["bad\\xff.txt"], "bad\\xff.txt": 1}
+    # The atomic JSON writer itself never fails on such a string: it falls back to ASCII escapes.
+    written = write_json_atomic(tmp_path / "names.json", {"name": name})
+    assert json.loads(written.read_bytes()) == {"name": name}
+
+
+def test_the_hash_cache_keeps_only_entries_of_the_shape_it_writes(tmp_path: Path) -> None:
+    path = tmp_path.joinpath(*HASH_CACHE)
+    path.parent.mkdir(parents=True)
+    good = [1, 2, 3, 4, 5, "a" * 64]
+    path.write_bytes(
+        b'{"version": 1, "entries": {"good": '
+        + json.dumps(good).encode()
+        + b', "short": [1, 2], "flag": [true, 2, 3, 4, 5, "'
+        + b"a" * 64
+        + b'"]}}'
+    )
+    cache = HashCache(tmp_path)
+    assert cache._entries == {"good": good}
+    target = tmp_path / "file.bin"
+    target.write_bytes(b"bytes")
+    cache.put(target, os.lstat(target), "b" * 64)
+    cache.save()
+    assert set(json.loads(path.read_bytes())["entries"]) == {"good", str(target)}
+    # A cache nested past what a contract document may hold is refused whole: every byte is hashed fresh.
+    walkable_deep = (
+        b'{"version": 1, "entries": {"deep": '
+        + _deep_list(WALKABLE)
+        + b', "good": '
+        + json.dumps(good).encode()
+        + b"}}"
+    )
+    for data in (walkable_deep, _deep_object(DEEP), b"[1, 2]", b'{"version": 1, "entries": []}'):
+        path.write_bytes(data)
+        assert HashCache(tmp_path)._entries == {}
+
+
+def test_the_report_index_lists_a_deep_json_file_as_broken(tmp_path: Path) -> None:
+    (tmp_path / "parser-deep.json").write_bytes(_deep_list(DEEP))
+    (tmp_path / "walkable.json").write_bytes(_deep_object(WALKABLE))
+    problems = {path.name: problem for path, document, problem in read_reports(tmp_path)}
+    assert problems["parser-deep.json"] == "not valid JSON (nested too deeply to read)"
+    assert "levels deep" in problems["walkable.json"]

@@ -1,0 +1,332 @@
+"""Hostile bytes inside a capsule: one failure from the file's owner, not_run elsewhere, in seconds.
+
+A capsule comes from a box someone else may control, and a small file can stand for a great deal of work:
+341 bytes of YAML aliases expand to a billion nodes, a results table can hold millions of rows where its
+test declares hundreds, a checkpoint that loads under ``weights_only=True`` can nest 20,000 levels deep,
+and a JSON document can say one key twice. Each test seeds one such file into a private copy of the real
+demo project and runs the harness as users do. Sessions a regression would make run for minutes go to a
+child process with a deadline, so such a regression fails its test instead of hanging the suite.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+import pytest
+from science_support import copy_capsule, edit_json
+
+from runaudit.examples.digits.build import DEMO_RUN_ID
+from runaudit.fixtures.reader import CONFIG_NODES, YamlRefused, yaml_documents
+
+# A healthy audit of these subsets takes a few seconds; the hostile inputs used to take 97 s and more.
+SESSION_DEADLINE_S = 60
+RESULTS = "test/main/results.parquet"
+CONTRACT_FAILED = "failed its contract"
+BY_RESULTS_TABLE = "(reported by capsule.results_table)"
+
+
+def _bomb(levels: int = 9) -> bytes:
+    """The classic "billion laughs": each level is a list of nine aliases to the level below."""
+    lines = ['a: &a ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]']
+    for below, name in zip("abcdefghijklmnop", "bcdefghijklmnop"[: levels - 1], strict=False):
+        lines.append(f"{name}: &{name} [" + ",".join([f"*{below}"] * 9) + "]")
+    return "\n".join(lines).encode()
+
+
+def _sha(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _session(
+    pytester: pytest.Pytester, capsule: Path, root: Path, *args: str
+) -> tuple[dict[str, Any], float]:
+    """``pytest --run`` in a child process that is killed at the deadline; the JSON report and wall time."""
+    reports = pytester.path / "reports"
+    start = time.monotonic()
+    result = pytester.runpytest_subprocess(
+        "-p", "runaudit.fixtures.plugin", "-p", "no:cacheprovider", "--run", str(capsule), "--root", str(root),
+        "--report-dir", str(reports), "--report-format", "json", *args, timeout=SESSION_DEADLINE_S,
+    )  # fmt: skip
+    elapsed = time.monotonic() - start
+    path = reports / f"{capsule.name}.json"
+    assert path.is_file(), "\n".join(result.outlines[-30:] + result.errlines[-30:])
+    return json.loads(path.read_text()), elapsed
+
+
+def _verdicts(report: dict[str, Any], audit: str, subject: str | None = None) -> list[dict[str, Any]]:
+    return [
+        item
+        for item in report["verdicts"]
+        if item["audit"] == audit and (subject is None or item["subject"] == subject)
+    ]
+
+
+def _one(report: dict[str, Any], audit: str, subject: str | None = None) -> dict[str, Any]:
+    [item] = _verdicts(report, audit, subject)
+    return item
+
+
+def _errors(report: dict[str, Any]) -> list[str]:
+    return [
+        f"{i['audit']}[{i['subject']}]: {i['message']}" for i in report["verdicts"] if i["verdict"] == "error"
+    ]
+
+
+# -- 1. config.yaml: an alias bomb --------------------------------------------------------------------
+
+
+def test_yaml_anchors_within_the_budget_load_and_bombs_do_not() -> None:
+    """Plain anchors and merge keys of a real config still load; expansion, recursion and depth are refused."""
+    shared = b"base: &base {lr: 0.1, epochs: 3}\nrun:\n  <<: *base\n  epochs: 5\nlist: &l [1, 2]\ntwice: [*l, *l]\n"
+    assert yaml_documents(shared) == [
+        {
+            "base": {"lr": 0.1, "epochs": 3},
+            "run": {"lr": 0.1, "epochs": 5},
+            "list": [1, 2],
+            "twice": [[1, 2], [1, 2]],
+        }
+    ]
+    start = time.monotonic()
+    with pytest.raises(YamlRefused, match=f"expands past {CONFIG_NODES} YAML nodes through its aliases"):
+        yaml_documents(_bomb())
+    assert time.monotonic() - start < 5
+    with pytest.raises(YamlRefused, match="recursive"):
+        yaml_documents(b"a: &a [1, *a]\n")
+    with pytest.raises(YamlRefused, match="nests deeper than"):
+        yaml_documents(b"[" * 5000 + b"]" * 5000)
+    with pytest.raises(YamlRefused, match="is not valid YAML"):
+        yaml_documents(b"a: [1, 2\n")
+
+
+def test_an_alias_bomb_in_config_yaml_fails_config_hash_alone_in_seconds(
+    pytester: pytest.Pytester, project: Path, capsule_dir: Path
+) -> None:
+    sibling = copy_capsule(capsule_dir, project / "export" / "demo-s2")  # a clean config to compare with
+    edit_json(sibling / "run.json", lambda run: run.update(run_id="demo-s2"))
+    config = capsule_dir / "config.yaml"
+    config.write_bytes(_bomb())
+    assert len(config.read_bytes()) == 341
+
+    def declare(run: dict[str, Any]) -> None:
+        run["config"]["sha256"] = _sha(config)  # bound as declared: only the content is hostile
+        run["environment"]["cuda"] = "12.4"  # a CUDA run claiming determinism: flags reads the config
+
+    edit_json(capsule_dir / "run.json", declare)
+    report, elapsed = _session(
+        pytester, capsule_dir, project, "-k", "config_hash or test_determinism or one_variable"
+    )
+    assert elapsed < SESSION_DEADLINE_S and not _errors(report), _errors(report)
+    owner = _one(report, "capsule.config_hash")
+    assert owner["verdict"] == "failed", owner
+    assert owner["message"].startswith(f"run {DEMO_RUN_ID}: config.yaml expands past"), owner["message"]
+    assert "alias" in owner["message"] and "\n" not in owner["message"]
+    flags = _one(report, "determinism.flags")
+    assert flags["verdict"] == "not_run" and "(reported by capsule.config_hash)" in flags["message"], flags
+    compared = _one(report, "variance.one_variable", "demo-s2")
+    assert compared["verdict"] == "not_run" and "(reported by capsule.config_hash)" in compared["message"]
+    assert {item["audit"] for item in report["verdicts"] if item["verdict"] == "failed"} == {
+        "capsule.config_hash"
+    }
+
+
+# -- 2. and 3. results.parquet: millions of rows, wrong types -----------------------------------------
+
+
+def _oversized(path: Path, rows: int) -> None:
+    """The demo's table repeated to ``rows`` rows with distinct sample ids (built in Arrow, in seconds)."""
+    table = pq.read_table(path)
+    picked = table.take(pa.array(np.resize(np.arange(table.num_rows), rows)))
+    picked = picked.set_column(
+        picked.schema.get_field_index("sample_id"), "sample_id", pa.array(np.arange(rows)).cast(pa.string())
+    )
+    picked = picked.set_column(
+        picked.schema.get_field_index("item_index"), "item_index", pa.array(np.arange(rows, dtype=np.int64))
+    )
+    pq.write_table(picked, path, row_group_size=1 << 20)
+
+
+def test_a_results_table_of_millions_of_rows_is_refused_and_never_probed(
+    pytester: pytest.Pytester, project: Path, capsule_dir: Path
+) -> None:
+    rows = 4_000_000
+    _oversized(capsule_dir / RESULTS, rows)
+    report, elapsed = _session(
+        pytester, capsule_dir, project, "-k", "results_table or test_collapse or test_variance or n_scored"
+    )
+    assert elapsed < SESSION_DEADLINE_S and not _errors(report), _errors(report)
+    owner = _one(report, "capsule.results_table", "main")
+    assert owner["verdict"] == "failed" and f"holds {rows} row(s)" in owner["message"], owner
+    probes = [
+        ("collapse.output_cosine", "main"),
+        ("collapse.prediction_histogram", "main"),
+        ("collapse.trivial_baseline", "main"),
+        ("variance.precision", "main/accuracy"),
+        ("capsule.n_scored", "main"),
+    ]
+    for audit, subject in probes:
+        probe = _one(report, audit, subject)
+        assert probe["verdict"] == "not_run", probe
+        assert CONTRACT_FAILED in probe["message"] and probe["message"].endswith(BY_RESULTS_TABLE), probe
+
+
+def test_wrong_column_types_leave_the_probes_not_run(run_audits, project: Path, capsule_dir: Path) -> None:
+    path = capsule_dir / RESULTS
+    table = pq.read_table(path)
+    as_text = pc.binary_join_element_wise("acc=", pc.cast(table.column("m.accuracy"), pa.string()), "")
+    pq.write_table(table.set_column(table.schema.get_field_index("m.accuracy"), "m.accuracy", as_text), path)
+    outcome = run_audits(capsule_dir, project, "-k", "results_table or precision or test_collapse")
+    assert outcome.report is not None, outcome.result.stdout.str()[-3000:]
+    assert not _errors(outcome.report), _errors(outcome.report)
+    [owner] = outcome.find("capsule.results_table")
+    assert owner["verdict"] == "failed" and "column m.accuracy is string, expected double" in owner["message"]
+    for subject in ("main/accuracy", "main/cross_entropy"):
+        precision = _one(outcome.report, "variance.precision", subject)
+        assert precision["verdict"] == "not_run", precision
+        assert CONTRACT_FAILED in precision["message"] and BY_RESULTS_TABLE in precision["message"]
+    assert _one(outcome.report, "collapse.trivial_baseline", "main")["verdict"] == "not_run"
+
+
+# -- 4. a checkpoint nested 20,000 levels deep --------------------------------------------------------
+
+NESTED_SAVE = """
+import sys, threading, torch
+def save():
+    value = []
+    for _ in range(20_000):
+        value = [value]
+    torch.save(value, sys.argv[1])  # plain lists: within the weights_only allowlist
+sys.setrecursionlimit(100_000)
+threading.stack_size(256 << 20)  # the pickler recurses once per level in C
+worker = threading.Thread(target=save)
+worker.start()
+worker.join()
+"""
+
+
+def test_a_checkpoint_nested_20k_deep_fails_safe_load_alone(
+    run_audits, project: Path, capsule_dir: Path
+) -> None:
+    best = capsule_dir / "best.pth"
+    subprocess.run([sys.executable, "-c", NESTED_SAVE, str(best)], check=True, timeout=120)
+    edit_json(capsule_dir / "run.json", lambda run: run["checkpoints"]["best"].update(sha256=_sha(best)))
+    outcome = run_audits(capsule_dir, project, "-k", "test_checkpoint")
+    assert outcome.report is not None, outcome.result.stdout.str()[-3000:]
+    assert not _errors(outcome.report), _errors(outcome.report)
+    failed = _one(outcome.report, "checkpoint.safe_load", "best.pth")
+    assert failed["verdict"] == "failed", failed
+    assert (
+        failed["message"].startswith(f"run {DEMO_RUN_ID}: best.pth ") and "levels deep" in failed["message"]
+    )
+    assert "\n" not in failed["message"]
+    for audit in ("checkpoint.tensors", "checkpoint.finite", "checkpoint.selection"):
+        dependent = _one(outcome.report, audit, "best.pth")
+        assert dependent["verdict"] == "not_run" and "checkpoint.safe_load" in dependent["message"], dependent
+    assert {i["audit"] for i in outcome.report["verdicts"] if i["verdict"] == "failed"} == {
+        "checkpoint.safe_load"
+    }
+
+
+def test_cycles_and_shared_containers_are_refused_not_walked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import torch
+
+    from runaudit.fixtures.checkpoints import CheckpointRefused, inspect
+
+    checkpoints = sys.modules[inspect.__module__]  # the module inspect reads its bounds from
+
+    cycle: list[Any] = [torch.ones(2)]
+    cycle.append(cycle)
+    torch.save(cycle, tmp_path / "cycle.pth")
+    with pytest.raises(CheckpointRefused, match="levels deep"):
+        inspect(tmp_path / "cycle.pth")
+
+    shared: list[Any] = [torch.ones(2)]
+    for _ in range(40):  # 2**40 paths through 40 lists
+        shared = [shared, shared]
+    torch.save(shared, tmp_path / "shared.pth")
+    monkeypatch.setattr(checkpoints, "MAX_OBJECTS", 100_000)
+    with pytest.raises(CheckpointRefused, match="expands past 100000 objects"):
+        inspect(tmp_path / "shared.pth")
+
+
+# -- 5. JSON documents that say one key twice ---------------------------------------------------------
+
+
+def _repeat_first_key(path: Path) -> None:
+    """Say the document's first key twice; ``json.loads`` would keep the last silently."""
+    text = path.read_text()
+    key, value = next(iter(json.loads(text).items()))
+    path.write_text("{" + json.dumps(key) + ": " + json.dumps(value) + ", " + text.lstrip()[1:])
+
+
+def _selection_file(project: Path, capsule: Path) -> Path:
+    sid = json.loads((capsule / "run.json").read_text())["tests"][0]["selection_id"]
+    return project / "_trust" / "selections" / f"{sid}.json"
+
+
+def _rebind_selection(project: Path, capsule: Path) -> None:
+    path = _selection_file(project, capsule)
+    edit_json(capsule / "run.json", lambda run: run["selections"][0].update(sha256=_sha(path)))
+
+
+Seed = Callable[[Path, Path], None]
+
+
+@pytest.mark.parametrize(
+    ("seed", "owner", "dependent", "gate"),
+    [
+        pytest.param(
+            lambda project, capsule: _repeat_first_key(capsule / "test" / "main" / "metrics.json"),
+            "capsule.metrics_schema",
+            ("capsule.n_scored", "main"),
+            "metrics_schema or n_scored",
+            id="metrics.json",
+        ),
+        pytest.param(
+            lambda project, capsule: (
+                _repeat_first_key(_selection_file(project, capsule)),
+                _rebind_selection(project, capsule),  # bound as declared: only the duplicate is wrong
+            ),
+            "capsule.selection",
+            ("capsule.vis_coverage", "main"),
+            "test_selection or vis_coverage",
+            id="selection",
+        ),
+        pytest.param(
+            lambda project, capsule: _repeat_first_key(capsule / "run.json"),
+            "capsule.run_json_schema",
+            ("capsule.tests_declared", ""),
+            "run_json_schema or tests_declared",
+            id="run.json",
+        ),
+    ],
+)
+def test_a_json_document_with_a_duplicate_key_is_refused_by_its_owner(
+    run_audits,
+    project: Path,
+    capsule_dir: Path,
+    seed: Seed,
+    owner: str,
+    dependent: tuple[str, str],
+    gate: str,
+) -> None:
+    seed(project, capsule_dir)
+    outcome = run_audits(capsule_dir, project, "-m", "custody", "-k", gate)
+    assert outcome.report is not None, outcome.result.stdout.str()[-3000:]
+    failed = [item for item in outcome.report["verdicts"] if item["verdict"] == "failed"]
+    assert [item["audit"] for item in failed] == [owner], failed
+    assert failed[0]["message"].startswith(f"run {DEMO_RUN_ID}: ") and "duplicate key" in failed[0]["message"]
+    later = _one(outcome.report, *dependent)
+    assert later["verdict"] == "not_run", later
