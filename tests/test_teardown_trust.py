@@ -252,3 +252,17 @@ def test_a_folder_inside_the_verified_copy_swapped_for_a_link_voids_the_receipt(
     inside.symlink_to(elsewhere, target_is_directory=True)
     status = receipt_status(project, [DEMO_RUN_ID])
     assert not status.ok and "reached through a symlink" in status.problems[0]
+
+
+def test_the_demo_re_proves_a_receipt_that_no_longer_holds(project: Path) -> None:
+    """A demo root verified by an older runaudit (receipt/1) is verified again, not trusted as it is."""
+    import io
+
+    from runaudit.examples.digits.build import ensure_demo
+
+    receipt = json.loads(_receipt(project).read_text())
+    receipt["schema_version"] = "runaudit.receipt/1"
+    _receipt(project).write_text(json.dumps(receipt))
+    assert not receipt_status(project, [DEMO_RUN_ID]).ok
+    ensure_demo(project, progress=io.StringIO())
+    assert receipt_status(project, [DEMO_RUN_ID]).ok

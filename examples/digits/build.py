@@ -175,19 +175,21 @@ def ensure_demo(root: Path, *, progress: IO[str]) -> Path:
     receipt written once every custody audit passed (here producer and consumer share one folder).
     An interrupted build resumes at the step it did not finish; one builder runs at a time.
     """
-    from runaudit.manifest import MANIFEST, RECEIPT, pulls_dir
+    from runaudit.manifest import MANIFEST, pulls_dir
+    from runaudit.receipts import receipt_status
     from runaudit.runners.close import close_run
     from runaudit.runners.custody import write_receipt
     from runaudit.runners.manifest import build_manifest
 
     sealed = root / "export" / DEMO_RUN_ID
     pull = pulls_dir(root) / DEMO_RUN_ID
-    if (pull / RECEIPT).is_file():
+    # A receipt that no longer holds (made by an older runaudit, or over bytes changed since) is re-proved.
+    if receipt_status(root, [DEMO_RUN_ID]).ok:
         return sealed
     root.mkdir(parents=True, exist_ok=True)
     with (root / ".demo-build.lock").open("a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        if (pull / RECEIPT).is_file():
+        if receipt_status(root, [DEMO_RUN_ID]).ok:
             return sealed
         started = time.perf_counter()
         progress.write(f"runaudit: building the demo run under {root} (first use only)\n")
