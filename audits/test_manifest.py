@@ -14,6 +14,7 @@ from runaudit import manifest as manifests
 from runaudit.fixtures.custody import Custody
 from runaudit.fixtures.run import Run
 from runaudit.fixtures.verdicts import AuditRecorder
+from runaudit.hashing import HashCache
 from runaudit.ids import duplicates, is_safe_id
 from runaudit.receipts import run_receipt
 from runaudit.schema import schema_problems
@@ -165,6 +166,8 @@ def test_receipt(run: Run, custody: Custody, audit: AuditRecorder) -> None:
             f"pull {manifest.pull_id} has no {manifests.RECEIPT} yet: the pull has not been verified "
             "(`runaudit verify` writes it once every custody audit passes)"
         )
-    found = run_receipt(run.root, run.run_id, pull_id=manifest.pull_id)
+    # Within this session's trust boundary, as manifest.sha256: `runaudit down` hashes a changed file fresh.
+    cache = None if custody.fresh else HashCache(run.root)
+    found = run_receipt(run.root, run.run_id, pull_id=manifest.pull_id, cache=cache)
     audit.evidence(receipt=found.path, pull_id=found.pull_id, manifest_sha256=manifest.sha256)
     audit.require(found.current, "; ".join(found.problems), problems=list(found.problems))

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from runaudit.fixtures.run import Run
+from runaudit.hashing import HashCache
 from runaudit.receipts import run_receipt
 
 
@@ -18,7 +19,9 @@ def _text(value: Any) -> str | None:
 
 def binding_receipt(run: Run) -> dict[str, Any] | None:
     """The receipt of the manifest governing the run, whether it is current, and why not; else None."""
-    found = run_receipt(run.root, run.run_id)
+    # Inside the audit session's trust boundary: the stat-keyed hash cache it hashed into may stand in for
+    # a fresh hash of a file touched since verification; `runaudit down` always hashes such a file again.
+    found = run_receipt(run.root, run.run_id, cache=HashCache(run.root))
     if found.path is None or found.pull_id is None:
         return None
     document = found.document or {}

@@ -24,7 +24,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from runaudit import manifest as manifests
-from runaudit.hashing import hash_files, stat_key
+from runaudit.hashing import HashCache, hash_files, stat_key
 from runaudit.safeio import kind_of
 from runaudit.schema import schema_problems
 
@@ -58,9 +58,18 @@ def judge(receipt: Any, path: Path, manifest: manifests.ManifestFile, run_id: st
 
 
 def bytes_problems(
-    root: Path, manifest: manifests.ManifestFile, receipt: Mapping[str, Any], run_id: str
+    root: Path,
+    manifest: manifests.ManifestFile,
+    receipt: Mapping[str, Any],
+    run_id: str,
+    *,
+    cache: HashCache | None = None,
 ) -> list[str]:
-    """Why the copy the receipt verified is no longer the bytes it verified (empty when it still is)."""
+    """Why the copy the receipt verified is no longer the bytes it verified (empty when it still is).
+
+    ``cache`` (the stat-keyed hash cache of an audit session) may stand in for a fresh hash of a file
+    whose stat key changed since verification; ``down`` passes none and reads every such byte again.
+    """
     holder = root / receipt["holder"]
     if detour := manifests.folder_detour(holder, run_id):
         return [detour]
@@ -98,7 +107,7 @@ def bytes_problems(
             changed[path] = entry
     if changed:  # touched, copied or restored since verification: only fresh bytes can say it is the same
         try:
-            digests = hash_files(changed)
+            digests = hash_files(changed, cache=cache)
         except (OSError, RuntimeError) as exc:
             return [*problems, f"run {run_id}: a changed file could not be hashed again: {exc}"]
         problems += [
@@ -138,7 +147,12 @@ class ReceiptStatus:
 
 
 def run_receipt(
-    root: Path, run_id: str, *, pull_id: str | None = None, check_bytes: bool = True
+    root: Path,
+    run_id: str,
+    *,
+    pull_id: str | None = None,
+    check_bytes: bool = True,
+    cache: HashCache | None = None,
 ) -> RunReceipt:
     """The receipt that governs ``run_id`` and everything that keeps it from making teardown safe."""
     manifest = manifests.locate(root, run_id, pull_id)
@@ -163,7 +177,7 @@ def run_receipt(
     document = receipt if isinstance(receipt, dict) else None
     if problem := judge(receipt, path, manifest, run_id):
         return RunReceipt(run_id, manifest.pull_id, path, document, (f"run {run_id}: {problem}",))
-    if check_bytes and (lost := bytes_problems(root, manifest, receipt, run_id)):
+    if check_bytes and (lost := bytes_problems(root, manifest, receipt, run_id, cache=cache)):
         fix = f"re-verify before any teardown: {verify_command(root, manifest.pull_id)}"
         lines = tuple(f"run {run_id}: {line}; {fix}" for line in lost[:5])
         if len(lost) > 5:

@@ -11,12 +11,13 @@ from pathlib import Path
 from typing import Any
 
 # In-process pytester runs drop the modules they imported once they end. These keep global registries
-# that break when imported a second time in one process (Pillow's codec table, torch's compiler), so they
+# that break when imported a second time in one process (Pillow's codec table, torch's compiler, libyaml), so they
 # are imported here, before any run, and stay.
 import PIL.Image
 import PIL.PngImagePlugin  # noqa: F401
 import pytest
 import torch._dynamo  # noqa: F401
+import yaml  # noqa: F401  # libyaml's C parser keeps the first yaml module's resolver: a re-import breaks tags
 
 from runaudit.examples.digits.build import DEMO_RUN_ID, ensure_demo
 
