@@ -28,11 +28,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import resource
 import shutil
-import signal
 import stat
-import subprocess
 import sys
 import threading
 import time
@@ -42,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from bounded import run_bounded
 
 from runaudit.atomic import write_json_atomic
 from runaudit.examples.digits.build import DEMO_RUN_ID
@@ -493,11 +491,6 @@ CASES = [
 # -- running a session, bounded -------------------------------------------------------------------------
 
 
-def _ceiling() -> None:
-    """In the child, before exec: cap its address space, so a runaway read fails instead of the host."""
-    resource.setrlimit(resource.RLIMIT_AS, (MEMORY_CEILING, MEMORY_CEILING))
-
-
 def _session(spec: str, project: Path, cwd: Path, tmp: Path, deadline_s: int) -> tuple[int, str, float]:
     """``pytest --run=<spec> --root=<project>`` in its own process group; killed past the deadline.
 
@@ -516,24 +509,15 @@ def _session(spec: str, project: Path, cwd: Path, tmp: Path, deadline_s: int) ->
     }
     log = cwd.parent / "session.log"
     started = time.monotonic()
-    with log.open("wb") as output:
-        child = subprocess.Popen(
-            argv,
-            cwd=cwd,
-            stdin=subprocess.DEVNULL,
-            stdout=output,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-            preexec_fn=_ceiling,
-            env=environment,
-        )
-        try:
-            code = child.wait(timeout=deadline_s)
-        except subprocess.TimeoutExpired:
-            os.killpg(child.pid, signal.SIGKILL)  # the group we started: the session and any child of it
-            child.wait()
-            tail = log.read_bytes()[-3000:].decode("utf-8", "backslashreplace")
-            pytest.fail(f"pytest --run={spec} did not end within {deadline_s} s:\n{tail}")
+    code = run_bounded(
+        argv,
+        cwd=cwd,
+        log=log,
+        deadline_s=deadline_s,
+        memory_bytes=MEMORY_CEILING,
+        what=f"pytest --run={spec}",
+        env=environment,
+    )
     return code, log.read_bytes().decode("utf-8", "backslashreplace"), time.monotonic() - started
 
 

@@ -12,10 +12,7 @@ from __future__ import annotations
 
 import json
 import os
-import resource
-import signal
 import stat
-import subprocess
 import sys
 import threading
 from collections.abc import Callable
@@ -23,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from bounded import run_bounded
 
 from runaudit.examples.digits.build import DEMO_RUN_ID
 from runaudit.fixtures.checkpoints import CheckpointRefused, inspect
@@ -42,31 +40,19 @@ READ_DEADLINE_S = 30
 # -- bounded runs -------------------------------------------------------------------------------------
 
 
-def _ceiling() -> None:
-    """In the child, before exec: cap its address space, so a runaway read fails instead of the host."""
-    resource.setrlimit(resource.RLIMIT_AS, (MEMORY_CEILING, MEMORY_CEILING))
-
-
 def _bounded(argv: list[str], cwd: Path, what: str) -> tuple[int, str]:
-    """Run ``argv`` in its own process group; kill the group and fail the test past the deadline."""
+    """Run ``argv`` bounded in time and memory (it may block on a special file); its status and output."""
     log = cwd / "output.log"
-    with log.open("w") as output:
-        child = subprocess.Popen(
-            argv,
-            cwd=cwd,
-            stdin=subprocess.DEVNULL,
-            stdout=output,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-            preexec_fn=_ceiling,
-            env={**os.environ, "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"},
-        )
-        try:
-            code = child.wait(timeout=SESSION_DEADLINE_S)
-        except subprocess.TimeoutExpired:
-            os.killpg(child.pid, signal.SIGKILL)  # the group we started: the session and any forks of it
-            child.wait()
-            pytest.fail(f"{what} did not end within {SESSION_DEADLINE_S} s (it blocked on a special file)")
+    environment = {**os.environ, "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
+    code = run_bounded(
+        argv,
+        cwd=cwd,
+        log=log,
+        deadline_s=SESSION_DEADLINE_S,
+        memory_bytes=MEMORY_CEILING,
+        what=what,
+        env=environment,
+    )
     return code, log.read_text(errors="replace")
 
 
