@@ -31,6 +31,7 @@ from runaudit.ids import is_safe_id
 from runaudit.receipts import ACCEPTANCE_VERSION, RECEIPT_VERSION, snapshot
 from runaudit.runners import RunnerError, existing_dir
 from runaudit.runners.suite import failures, run_suites
+from runaudit.safeio import JSON_CAP, read_regular
 from runaudit.schema import schema_problems
 
 # The receipt audit is what this verification produces, so it cannot be one of its inputs.
@@ -226,7 +227,7 @@ def _accept(args: argparse.Namespace) -> int:
         records = []
         for path in args.compare:
             try:
-                records.append(json.loads(Path(path).read_text(encoding="utf-8")))
+                records.append(manifests.load_json(read_regular(path, JSON_CAP)))
             except (OSError, ValueError) as exc:
                 raise RunnerError(f"cannot read acceptance {path}: {exc}") from None
         problems = compare_acceptances(*records)
