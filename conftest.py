@@ -1,11 +1,11 @@
-"""Root wiring: registers the harness plugin when this checkout runs without being installed.
+"""The checkout's root conftest: what ``pytest`` run at the repository root must never collect.
 
-Installed, the ``pytest11`` entry point has already imported and registered the plugin before any
-conftest is read; naming it again here would then only trip pytest's rule against ``pytest_plugins`` in
-a conftest that is not at the rootdir (as when ``--run`` collects these audits from another folder).
+runaudit's plugin is not named here. It is installed (``pip install -e .``, README) and pytest loads it
+through its ``pytest11`` entry point, exactly as it does in a user's project. This file is also read when
+a session elsewhere collects this checkout's ``audits/`` (an editable install, ``-m smoke``), so it holds
+nothing that could change an audit: only paths to leave alone.
 """
 
-import sys
-
-if "runaudit.fixtures.plugin" not in sys.modules:
-    pytest_plugins = ["runaudit.fixtures.plugin"]
+# Real training code, benchmark scripts and tools are programs: `pytest .` at the root collects the
+# harness's tests (tests/) and the audits, never a module of these that happens to match test_*.py.
+collect_ignore = ["examples", "benchmarks", "tools"]

@@ -1,4 +1,4 @@
-"""Capsule gate (custody): the sealed capsule matches the contract of capsule.md §2–7, exactly.
+"""Capsule gate (custody): the sealed capsule matches the contract of docs/capsule.md §2–7, exactly.
 
 Each defect is reported by one audit: the file's owner fails, every audit that needed it says not_run.
 """
@@ -12,10 +12,10 @@ from typing import Any
 
 import pytest
 
-from runaudit.fixtures.reader import CapsuleReader
-from runaudit.fixtures.run import DeclaredMetric, DeclaredTest, Run
 from runaudit.fixtures.verdicts import AuditRecorder
 from runaudit.ids import casefold_collisions, duplicates, is_safe_id
+from runaudit.reader import CapsuleReader
+from runaudit.run import DeclaredMetric, DeclaredTest, Run
 from runaudit.safeio import is_regular, open_regular
 from runaudit.schema import schema_problems
 
@@ -60,6 +60,10 @@ def _declared_checkpoint_sha(run: Run) -> str | None:
 
 
 def test_required_paths(run: Run, capsule: CapsuleReader, audit: AuditRecorder, required_path: str) -> None:
+    """Each required path exists with its type, else fails: ``run.json`` (and in a software capsule
+    ``config.yaml``, ``train.csv``, ``best.pth``), the ``test/`` folder, and per declared test
+    ``metrics.json``, ``results.parquet`` and the ``vis/`` folder.
+    """
     expected = "dir" if required_path == "test" or required_path.endswith("/vis") else "file"
     entries = capsule.inventory.entries
     folder = "/".join(required_path.split("/")[:2])
@@ -67,10 +71,8 @@ def test_required_paths(run: Run, capsule: CapsuleReader, audit: AuditRecorder, 
         owner = "capsule.tests_declared" if "test" in entries else "capsule.required_paths"
         audit.not_run(f"{folder}/ is absent, so {required_path} is not checked (reported by {owner})")
     entry = entries.get(required_path)
-    audit.require(
-        entry is not None,
-        f"run {run.run_id}: {required_path} is missing; a sealed {run.kind} capsule requires it",
-    )
+    if entry is None:
+        audit.fail(f"run {run.run_id}: {required_path} is missing; a sealed {run.kind} capsule requires it")
     audit.require(
         entry.kind == expected,
         f"run {run.run_id}: {required_path} is a {entry.kind}, expected a regular {expected}",
@@ -78,6 +80,10 @@ def test_required_paths(run: Run, capsule: CapsuleReader, audit: AuditRecorder, 
 
 
 def test_forbidden_paths(run: Run, capsule: CapsuleReader, audit: AuditRecorder) -> None:
+    """No forbidden path anywhere in the capsule, else fails: symlinks, special files, ``latest.pth``,
+    status sentinels, custody records, ``*.tmp``, OS junk, legacy top-level folders, or weights in a
+    hardware capsule.
+    """
     found = capsule.inventory.forbidden
     audit.evidence(forbidden=[{"path": item.rel, "rule": item.rule} for item in found])
     audit.require(
@@ -88,6 +94,11 @@ def test_forbidden_paths(run: Run, capsule: CapsuleReader, audit: AuditRecorder)
 
 
 def test_closed_world(run: Run, capsule: CapsuleReader, audit: AuditRecorder) -> None:
+    """Every path in the capsule belongs to its grammar (docs/capsule.md §2); any stray file or folder fails.
+
+    Files under an undeclared test folder are left to ``capsule.tests_declared``, forbidden paths to
+    ``capsule.forbidden_paths``, so each defect is reported once.
+    """
     stray = capsule.inventory.stray
     audit.evidence(stray=list(stray))
     audit.require(
@@ -105,10 +116,10 @@ def test_ids(run: Run, capsule: CapsuleReader, audit: AuditRecorder) -> None:
     found: dict[str, list[str]] = {"test folders": list(capsule.inventory.test_dirs)}
     for test_id, rels in capsule.inventory.pngs.items():
         for level, position in (("conditions", 3), ("roles", 4), ("samples", 5)):
-            names = {rel.split("/")[position] for rel in rels}
+            at_level = {rel.split("/")[position] for rel in rels}
             if level == "samples":
-                names = {name[: -len(".png")] for name in names}
-            found[f"{level} of test {test_id}"] = sorted(names)
+                at_level = {name[: -len(".png")] for name in at_level}
+            found[f"{level} of test {test_id}"] = sorted(at_level)
     declared: dict[str, list[str]] = {}
     problems: list[str] = []
     if run.declared is not None:
@@ -152,6 +163,11 @@ def _inventory_keys(value: Any, pointer: str = "") -> list[str]:
 
 
 def test_run_json_schema(run: Run, capsule: CapsuleReader, audit: AuditRecorder) -> None:
+    """``run.json`` is a JSON object that validates against ``runaudit.run/1``, lists no file inventory and
+    declares in ``selections[]`` every selection its tests name; any breach fails.
+
+    The file inventory belongs to the external pull manifest, never to the capsule it describes.
+    """
     document = audit.need(capsule.json, "run.json")
     audit.require(isinstance(document, dict), f"run {run.run_id}: run.json is not a JSON object")
     inventory = _inventory_keys(document)
@@ -174,6 +190,9 @@ def test_run_json_schema(run: Run, capsule: CapsuleReader, audit: AuditRecorder)
 
 
 def test_config_hash(run: Run, capsule: CapsuleReader, audit: AuditRecorder) -> None:
+    """``config.yaml`` parses as one mapping and its SHA-256 equals ``config.sha256`` in ``run.json``; a
+    different hash (the configuration changed after the run was declared) fails.
+    """
     if run.kind == "hardware":
         audit.not_applicable("hardware capsules carry no config.yaml")
     audit.need(capsule.config)  # one resolved mapping, parsed only as a bounded tree (no alias bombs)
@@ -194,6 +213,10 @@ NUMERIC_COLUMNS = ("lr", "grad_norm", "wall_time_s", "loss_scale", "skipped_step
 
 
 def test_train_csv(run: Run, capsule: CapsuleReader, audit: AuditRecorder) -> None:
+    """``train.csv`` has the columns ``epoch``, ``step`` and ``train_loss``, no repeated column, at least one
+    row, and rows of the header's width with integer ``epoch``/``step`` and numeric values (optional
+    columns may be empty); anything else fails.
+    """
     if run.kind == "hardware":
         audit.not_applicable("hardware capsules carry no training history")
     header, rows = audit.need(capsule.csv_rows, "train.csv")
@@ -227,6 +250,9 @@ def test_train_csv(run: Run, capsule: CapsuleReader, audit: AuditRecorder) -> No
 
 
 def test_tests_declared(run: Run, capsule: CapsuleReader, audit: AuditRecorder) -> None:
+    """``run.json`` declares at least one test, none twice, and the folders under ``test/`` are exactly the
+    declared tests; an undeclared folder or a declared test without one fails.
+    """
     if run.declared is None:
         audit.not_run(f"run.json is unreadable (reported by capsule.run_json_schema): {run.problem}")
     if getattr(capsule.inventory.entries.get("test"), "kind", None) != "dir":
@@ -253,6 +279,10 @@ def test_tests_declared(run: Run, capsule: CapsuleReader, audit: AuditRecorder) 
 def test_metrics_schema(
     run: Run, capsule: CapsuleReader, audit: AuditRecorder, declared_test: DeclaredTest | None
 ) -> None:
+    """The test's ``metrics.json`` validates against its schema and agrees with ``run.json`` (ids, split,
+    ``n_test``, protocol, ground-truth branch, checkpoint hash) and the protocol (one row per declared
+    metric × condition, with the protocol's direction, aggregation and precision); any mismatch fails.
+    """
     test = _declared(audit, run, declared_test)
     rel = f"{test.folder}/metrics.json"
     problems = list(audit.need(capsule.metrics_problems, test))
@@ -301,6 +331,12 @@ def test_metrics_schema(
 def test_results_table(
     run: Run, capsule: CapsuleReader, audit: AuditRecorder, declared_test: DeclaredTest | None
 ) -> None:
+    """The test's ``results.parquet`` keeps its contract, else fails: the required columns and types, no
+    nulls, one row per declared condition × sample with no repeated key and the same samples in every
+    condition, and no row ``valid`` where ``forward_finite`` is false.
+
+    Every audit that computes on the table reads it only after this contract holds, else says not_run.
+    """
     test = _declared(audit, run, declared_test)
     rel = f"{test.folder}/results.parquet"
     problems = list(audit.need(capsule.results_problems, test))
@@ -335,6 +371,12 @@ def _split_test_ids(
 def test_selection(
     run: Run, capsule: CapsuleReader, audit: AuditRecorder, declared_test: DeclaredTest | None
 ) -> None:
+    """The test's selection file is the one ``run.json`` binds by SHA-256, validates, is not
+    ``performance_ranked``, holds ``k = min(100, n_test)`` distinct sample ids, all in the test split
+    (from the bound split manifest, else ``results.parquet``); any breach fails.
+
+    A selection chosen by score shows the model's best cases, not a fair sample of the test set.
+    """
     test = _declared(audit, run, declared_test)
     sid = test.selection_id
     declared = run.selections.get(sid) if sid else None
@@ -388,6 +430,9 @@ def test_selection(
 def test_vis_coverage(
     run: Run, capsule: CapsuleReader, audit: AuditRecorder, declared_test: DeclaredTest | None
 ) -> None:
+    """The PNGs under the test's ``vis/`` are exactly the declared conditions × roles × selected samples;
+    a missing render, an extra one or an extra folder fails.
+    """
     test = _declared(audit, run, declared_test)
     prefix = f"{test.folder}/vis/"
     if getattr(capsule.inventory.entries.get(prefix[:-1]), "kind", None) != "dir":
@@ -427,6 +472,9 @@ def test_vis_coverage(
 def test_vis_decode(
     run: Run, capsule: CapsuleReader, audit: AuditRecorder, declared_test: DeclaredTest | None
 ) -> None:
+    """Every PNG under the test's ``vis/`` decodes as a PNG of at least 1×1 pixels, and the renders of one
+    condition and role share one size; a broken, empty or mixed-size render fails.
+    """
     test = _declared(audit, run, declared_test)
     rels = capsule.inventory.pngs.get(test.test_id, ())
     if not rels:
@@ -462,21 +510,16 @@ def test_vis_decode(
 
 
 def _aggregate(aggregation: str, values: Any, numerators: Any, denominators: Any) -> float:
+    """The metric re-derived exactly as the variance audits aggregate it (:mod:`runaudit.statistics`)."""
     import numpy as np
+
+    from runaudit.statistics import aggregate
 
     if values.size == 0:
         return math.nan
-    if aggregation == "mean":
-        return float(np.mean(values))
-    if aggregation == "median":
-        return float(np.median(values))
     if aggregation == "sum_ratio":
         return float(np.sum(numerators) / np.sum(denominators))
-    if aggregation == "iqm":
-        from scipy.stats import trim_mean
-
-        return float(trim_mean(values, 0.25))
-    raise ValueError(aggregation)
+    return float(aggregate(aggregation, values))
 
 
 def test_metrics_rederived(
@@ -485,6 +528,12 @@ def test_metrics_rederived(
     audit: AuditRecorder,
     declared_metric: tuple[DeclaredTest, DeclaredMetric] | None,
 ) -> None:
+    """Each ``metrics.json`` value, recomputed from the valid rows of ``results.parquet`` with its declared
+    aggregation (``mean``, ``median``, ``sum_ratio``, ``iqm``), matches within half a unit of its last
+    declared decimal; a larger difference fails.
+
+    A headline number that does not follow from the per-item results cannot be trusted.
+    """
     if declared_metric is None:
         _declared(audit, run, run.tests[0] if run.tests else None)
         if not any(test.metrics_apply for test in run.tests):
@@ -553,6 +602,9 @@ def _branch_problem(test: DeclaredTest) -> tuple[str, str] | None:
 def test_n_scored(
     run: Run, capsule: CapsuleReader, audit: AuditRecorder, declared_test: DeclaredTest | None
 ) -> None:
+    """``n_scored`` in ``metrics.json`` is 0 exactly when the test's metrics do not apply, and otherwise
+    positive and equal to the valid rows of ``results.parquet`` in every declared condition; else fails.
+    """
     test = _declared(audit, run, declared_test)
     problem = _branch_problem(test)
     if problem is not None:
@@ -587,6 +639,12 @@ def test_n_scored(
 def test_ground_truth_branch(
     run: Run, capsule: CapsuleReader, audit: AuditRecorder, declared_test: DeclaredTest | None
 ) -> None:
+    """The test declares a consistent ground-truth branch (``metric_applicability`` is ``not_applicable``
+    exactly when ``ground_truth_status`` is ``unavailable_no_machine_readable_gt``), and a test without
+    ground truth reports no metrics, carries no metric columns, has every row ``forward_finite``, declares
+    no ground-truth or error role and has a ``prediction`` role (and ``overlay`` for segmentation or
+    detection); else fails.
+    """
     test = _declared(audit, run, declared_test)
     where = f"run {run.run_id}: test {test.test_id}"
     problem = _branch_problem(test)

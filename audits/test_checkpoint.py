@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 
 from runaudit.fixtures.custody import Custody
-from runaudit.fixtures.reader import CapsuleReader
-from runaudit.fixtures.run import Run
 from runaudit.fixtures.verdicts import AuditRecorder
+from runaudit.reader import CapsuleReader
+from runaudit.run import Run
 
 custody = (
     pytest.mark.custody
@@ -28,7 +28,7 @@ RESUME_PARTS = {
 }
 
 
-def _declared(run: Run, role: str) -> Mapping[str, Any]:
+def _declared(run: Run, role: str | None) -> Mapping[str, Any]:
     checkpoints = run.get("checkpoints")
     declared = checkpoints.get(role) if isinstance(checkpoints, Mapping) else None
     return declared if isinstance(declared, Mapping) else {}
@@ -45,7 +45,7 @@ def _present(run: Run, custody: Custody, audit: AuditRecorder, role: str | None)
 
 
 def _inspection(run: Run, custody: Custody, audit: AuditRecorder, role: str | None) -> Any:
-    from runaudit.fixtures.checkpoints import CheckpointRefused
+    from runaudit.checkpoints import CheckpointRefused
 
     name = _present(run, custody, audit, role)
     inspection = custody.inspect(name)
@@ -56,10 +56,17 @@ def _inspection(run: Run, custody: Custody, audit: AuditRecorder, role: str | No
 
 @custody
 def test_safe_load(run: Run, custody: Custody, audit: AuditRecorder, checkpoint: str | None) -> None:
-    from runaudit.fixtures.checkpoints import CheckpointRefused
+    """The checkpoint's SHA-256 equals the one ``run.json`` binds, and it loads with
+    ``torch.load(weights_only=True, mmap=True)`` within 100 levels of nesting and 10,000,000 objects;
+    another hash or a refused load fails.
+
+    There is no fallback to full unpickling, which runs arbitrary code; ``--allow-pickle`` opts in
+    explicitly for trusted files and is recorded.
+    """
+    from runaudit.checkpoints import CheckpointRefused
 
     name = _present(run, custody, audit, checkpoint)
-    digest = custody.digest(f"{run.run_id}/{name}")
+    digest = custody.hashed(f"{run.run_id}/{name}")
     bound = _declared(run, checkpoint).get("sha256")
     audit.evidence(sha256=digest.sha256, hashed=digest.source, bound=bound)
     audit.require(
@@ -81,6 +88,10 @@ def test_safe_load(run: Run, custody: Custody, audit: AuditRecorder, checkpoint:
 
 @custody
 def test_tensors(run: Run, custody: Custody, audit: AuditRecorder, checkpoint: str | None) -> None:
+    """The checkpoint holds at least one tensor and a weights mapping (a bare state dict, or one under
+    ``state_dict``, ``model_state_dict``, ``model``, ``ema``, ``model_ema``, ``weights`` or ``net``);
+    else fails.
+    """
     inspection = _inspection(run, custody, audit, checkpoint)
     audit.evidence(tensors=inspection.tensors, numel=inspection.numel, top_keys=inspection.top_keys[:50])
     audit.require(inspection.tensors > 0, f"run {run.run_id}: {checkpoint}.pth holds no tensors at all")
@@ -96,6 +107,7 @@ def test_tensors(run: Run, custody: Custody, audit: AuditRecorder, checkpoint: s
 
 @custody
 def test_finite(run: Run, custody: Custody, audit: AuditRecorder, checkpoint: str | None) -> None:
+    """Every floating tensor in the checkpoint is free of NaN and inf; any tensor holding one fails."""
     inspection = _inspection(run, custody, audit, checkpoint)
     audit.evidence(nonfinite=inspection.nonfinite[:100])
     audit.require(
@@ -131,6 +143,10 @@ def _train_csv_best(
 def test_selection(
     run: Run, custody: Custody, capsule: CapsuleReader, audit: AuditRecorder, checkpoint: str | None
 ) -> None:
+    """``best.pth``'s stored epoch, step and selection value equal ``run.json``'s, its epoch is an arg-best of
+    ``val_<metric>`` in ``train.csv`` under the declared ``mode``, and the declared value equals that best
+    (relative tolerance ``1e-9``); any mismatch fails.
+    """
     if checkpoint == "last":
         audit.not_applicable("selection lineage concerns best.pth; last.pth is the final state")
     inspection = _inspection(run, custody, audit, checkpoint)
@@ -179,16 +195,19 @@ def test_selection(
 def _same(left: Any, right: Any) -> bool:
     if isinstance(left, (int, float)) and isinstance(right, (int, float)):
         return math.isclose(float(left), float(right), rel_tol=1e-9, abs_tol=1e-12)
-    return left == right
+    return bool(left == right)
 
 
 @custody
 def test_distinct_last(run: Run, custody: Custody, audit: AuditRecorder, checkpoint: str | None) -> None:
+    """A ``last.pth`` byte-identical to ``best.pth`` is accepted only when ``run.json`` places both at the
+    same epoch and step; otherwise the copy fails.
+    """
     if checkpoint != "last":
         audit.not_applicable("applies to last.pth")
     _present(run, custody, audit, checkpoint)
     best = custody.digest(f"{run.run_id}/best.pth")
-    last = custody.digest(f"{run.run_id}/last.pth")
+    last = custody.hashed(f"{run.run_id}/last.pth")
     if best is None:
         audit.not_run("best.pth is absent (reported by capsule.required_paths)")
     if best.sha256 != last.sha256:
@@ -206,6 +225,11 @@ def test_distinct_last(run: Run, custody: Custody, audit: AuditRecorder, checkpo
 
 @pytest.mark.science
 def test_resume_state(run: Run, custody: Custody, audit: AuditRecorder, checkpoint: str | None) -> None:
+    """``last.pth`` holds optimizer, scheduler, epoch, step and RNG state, plus the grad scaler under fp16
+    training and the EMA weights when ``best`` is EMA; whatever is missing is disclosed.
+
+    Without them a resume from ``last.pth`` would not continue the same run.
+    """
     if checkpoint != "last":
         audit.not_applicable("resume state is carried by last.pth")
     inspection = _inspection(run, custody, audit, checkpoint)

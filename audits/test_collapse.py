@@ -1,8 +1,8 @@
-"""Collapse gate (science): does the model ignore its input? (verify-spec §2.7)
+"""Collapse gate (science): does the model ignore its input? (docs/checks.md §2.7)
 
 Two kinds of evidence. Read from what the evaluation kept: the ``output`` vectors, ``pred`` and ``target``
 of results.parquet and the rendered selection. Live, through the project's smoke adapter
-(fixtures/adapter.py) before any GPU is rented: ``input_cosine``, ``live_output_cosine`` and
+(runaudit/adapter.py) before any GPU is rented: ``input_cosine``, ``live_output_cosine`` and
 ``linear_probe`` carry the ``smoke`` marker too, so ``-m smoke`` runs them, and ``live``, so an active
 run keeps them.
 """
@@ -14,15 +14,15 @@ from typing import Any
 import numpy as np
 import pytest
 
-from runaudit.fixtures.adapter import EVAL_BATCH, PREDICT, PROBE_DATA
-from runaudit.fixtures.claims import metric_claims
-from runaudit.fixtures.items import SHUFFLE, MissingColumn, align, keyed_scores, primary_condition
-from runaudit.fixtures.probes import mean_offdiagonal_cosine
-from runaudit.fixtures.reader import CapsuleReader
-from runaudit.fixtures.run import DeclaredMetric, DeclaredTest, Run
+from runaudit.adapter import EVAL_BATCH, PREDICT, PROBE_DATA
+from runaudit.claims import metric_claims
 from runaudit.fixtures.smoke import Adapter
-from runaudit.fixtures.statistics import ItemScores, paired_delta
 from runaudit.fixtures.verdicts import AuditRecorder
+from runaudit.items import SHUFFLE, MissingColumn, align, keyed_scores, primary_condition
+from runaudit.probes import mean_offdiagonal_cosine
+from runaudit.reader import CapsuleReader
+from runaudit.run import DeclaredMetric, DeclaredTest, Run
+from runaudit.statistics import ItemScores, paired_delta
 
 pytestmark = pytest.mark.science
 
@@ -56,7 +56,7 @@ def _rows(
     table = audit.need(capsule.results, test)
     absent = [name for name in columns if name not in table.column_names]
     if absent:
-        audit.not_run(f"{rel} has no {', '.join(absent)} column (optional, capsule.md §5)")
+        audit.not_run(f"{rel} has no {', '.join(absent)} column (optional, docs/capsule.md §5)")
     condition = primary_condition(test)
     frame = {
         name: np.asarray(table.column(name).to_numpy(zero_copy_only=False))
@@ -76,6 +76,11 @@ def _rows(
 def test_output_cosine(
     run: Run, capsule: CapsuleReader, audit: AuditRecorder, declared_test: DeclaredTest | None
 ) -> None:
+    """COL-01: the ``output`` vectors of distinct samples (valid, finite rows of the primary condition, at
+    most 2,000 drawn with seed 0) are disclosed when their mean off-diagonal cosine is ≥ 0.98.
+
+    The mean-centred cosine and the spread around the shared mean are kept in the evidence beside it.
+    """
     test = _test(audit, run, declared_test)
     rows = _rows(audit, capsule, test, ["output"])
     vectors = rows["output"].to_pylist()
@@ -118,6 +123,11 @@ def test_real_vs_shuffle(
     audit: AuditRecorder,
     declared_metric: tuple[DeclaredTest, DeclaredMetric] | None,
 ) -> None:
+    """COL-03: a declared ``shuffle`` condition, paired per item with the primary one, is disclosed when the
+    scores are bit-identical or the 95 % interval of the difference includes 0 or favours the shuffle.
+
+    Then the conditioning input does not drive the score.
+    """
     if declared_metric is None:
         _test(audit, run, run.tests[0] if run.tests else None)
         audit.not_applicable("no declared test has applicable metrics")
@@ -138,6 +148,8 @@ def test_real_vs_shuffle(
             f"{rel}: {real} and {SHUFFLE} share {len(real_scores)} valid sample(s); pairing needs two"
         )
     identical = bool(np.array_equal(real_scores.values, shuffled.values))
+    if metric.aggregation is None:
+        audit.not_run(f"metric {metric.name} declares no aggregation (reported by capsule.run_json_schema)")
     delta, (low, high) = paired_delta(real_scores, shuffled, metric.aggregation)
     audit.evidence(
         metric=metric.name,
@@ -168,6 +180,10 @@ def test_real_vs_shuffle(
 def test_prediction_histogram(
     run: Run, capsule: CapsuleReader, audit: AuditRecorder, declared_test: DeclaredTest | None
 ) -> None:
+    """COL-06: ``pred`` is disclosed when one class takes at least 50 % of the predictions and at least
+    twice the largest class's share of the targets, or when there are at most half as many distinct
+    predictions as target classes.
+    """
     test = _test(audit, run, declared_test)
     rows = _rows(audit, capsule, test, ["pred", "target"])
     predictions = np.asarray(rows["pred"].to_pylist(), dtype=object).astype(str)
@@ -206,6 +222,9 @@ def test_prediction_histogram(
 def test_trivial_baseline(
     run: Run, capsule: CapsuleReader, audit: AuditRecorder, declared_test: DeclaredTest | None
 ) -> None:
+    """COL-09: top-1 accuracy from ``pred`` is disclosed unless it beats always predicting the majority
+    target class on the same items with the paired 95 % interval's lower bound above 0.
+    """
     test = _test(audit, run, declared_test)
     if not test.metrics_apply:
         audit.not_applicable(f"test {test.test_id} has no machine-readable ground truth")
@@ -255,6 +274,9 @@ def _thumbnails(capsule: CapsuleReader, rels: list[str]) -> np.ndarray:
 def test_vis_identical(
     run: Run, capsule: CapsuleReader, audit: AuditRecorder, declared_test: DeclaredTest | None
 ) -> None:
+    """COL-10: renders of different samples in one condition and role are disclosed as near-identical when
+    at least 90 % of pairs of their greyscale 32×32 thumbnails differ by under 1 % of the range on average.
+    """
     test = _test(audit, run, declared_test)
     rels = capsule.inventory.pngs.get(test.test_id, ())
     if not rels:
@@ -308,7 +330,8 @@ def _live_array(values: Any) -> np.ndarray:
     """A tensor or array-like as a numpy array (floating tensors as float64, class ids as they are)."""
     if hasattr(values, "detach"):
         tensor = values.detach().cpu()
-        return (tensor.double() if tensor.is_floating_point() else tensor).numpy()
+        array: np.ndarray = (tensor.double() if tensor.is_floating_point() else tensor).numpy()
+        return array
     return np.asarray(values)
 
 
@@ -390,7 +413,7 @@ def test_live_output_cosine(adapter: Adapter, audit: AuditRecorder) -> None:
 @_live_probe
 def test_linear_probe(adapter: Adapter, audit: AuditRecorder) -> None:
     """COL-04: a held-out linear probe on the raw inputs beats label permutations, or there is no signal."""
-    from runaudit.fixtures.linear_probe import PERMUTATIONS, linear_probe
+    from runaudit.linear_probe import PERMUTATIONS, linear_probe
 
     data = adapter.fixture(PROBE_DATA)
     rows, targets = _live_rows(data.inputs), _live_array(data.targets)

@@ -1,4 +1,4 @@
-"""Determinism gate (science): can this run be re-run to the same numbers, as it claims? (verify-spec §2.11)
+"""Determinism gate (science): can this run be re-run to the same numbers, as it claims? (docs/checks.md §2.11)
 
 Read from run.json's ``seed``, ``environment`` and ``source`` blocks and the resolved config.yaml: an
 irreproducible delta is explained here before anyone calls it an effect.
@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 
-from runaudit.fixtures.claims import run_claim
-from runaudit.fixtures.reader import CapsuleReader
-from runaudit.fixtures.run import Run
+from runaudit.claims import run_claim
 from runaudit.fixtures.verdicts import AuditRecorder
+from runaudit.reader import CapsuleReader
+from runaudit.run import Run
 
 pytestmark = pytest.mark.science
 
@@ -31,11 +31,16 @@ def _seed_block(audit: AuditRecorder, run: Run) -> Mapping[str, Any] | None:
 
 
 def test_seeds_recorded(run: Run, audit: AuditRecorder) -> None:
+    """DET-01: ``seed.values`` in ``run.json`` must hold at least one integer and only integers; no usable
+    seed is disclosed.
+
+    Without a recorded seed the run cannot be re-drawn, nor its variance attributed.
+    """
     seed = _seed_block(audit, run)
     values = seed.get("values") if seed is not None else None
     recorded = [value for value in values or () if isinstance(value, int) and not isinstance(value, bool)]
     audit.evidence(seed_values=recorded)
-    if recorded and len(recorded) == len(values):
+    if recorded and len(recorded) == len(values or ()):
         audit.note(f"seed(s) {', '.join(map(str, recorded))} recorded")
         return
     audit.disclose(
@@ -71,6 +76,10 @@ def _cublas_setting(audit: AuditRecorder, capsule: CapsuleReader) -> Any:
 
 
 def test_flags(run: Run, capsule: CapsuleReader, audit: AuditRecorder) -> None:
+    """DET-02, DET-05: ``seed.deterministic`` not true, ``seed.cudnn_benchmark`` not false, or a CUDA
+    software run claiming determinism whose ``config.yaml`` does not record ``cublas_workspace_config``
+    (any case, any depth) as ``:4096:8`` or ``:16:8``, is disclosed (topic ``determinism``).
+    """
     seed = _seed_block(audit, run)
     if seed is None:
         audit.not_run("run.json has no seed block (reported by determinism.seeds_recorded)")
@@ -112,6 +121,9 @@ def test_flags(run: Run, capsule: CapsuleReader, audit: AuditRecorder) -> None:
 
 
 def test_declared_vs_achieved(run: Run, audit: AuditRecorder) -> None:
+    """DET-03, DET-08: a seeded run whose data-loader workers are not seeded (``seed.worker_seeding``), a
+    dirty or unknown-dirty source tree, or a source with neither commit nor tree hash is disclosed.
+    """
     seed = _seed_block(audit, run)
     if seed is None:
         audit.not_run("run.json has no seed block (reported by determinism.seeds_recorded)")

@@ -1,4 +1,4 @@
-"""History gate (science): what train.csv says about how the run trained (verify-spec §2.8).
+"""History gate (science): what train.csv says about how the run trained (docs/checks.md §2.8).
 
 Each finding is disclosed with the epochs where it shows and the column it was read from; a recognised
 column that train.csv does not log makes the audit that needs it ``not_run``.
@@ -7,16 +7,17 @@ column that train.csv does not log makes the audit that needs it ``not_run``.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 import pytest
 
-from runaudit.fixtures.claims import metric_claims, run_claim
-from runaudit.fixtures.history import History, load_history
-from runaudit.fixtures.reader import CapsuleReader
-from runaudit.fixtures.run import Run
-from runaudit.fixtures.siblings import group_of, reader, seed_of
+from runaudit.claims import metric_claims, run_claim
 from runaudit.fixtures.verdicts import AuditRecorder
+from runaudit.history import History, load_history
+from runaudit.reader import CapsuleReader
+from runaudit.run import Run
+from runaudit.siblings import group_of, reader, seed_of
 
 pytestmark = pytest.mark.science
 
@@ -57,6 +58,7 @@ def _loss_columns(history: History) -> list[str]:
 
 
 def test_finite(run: Run, capsule: CapsuleReader, audit: AuditRecorder) -> None:
+    """HIS-01: any NaN or inf among the values ``train.csv`` logs is disclosed, per column with its epochs."""
     history = _history(audit, run, capsule)
     findings = {
         column: history.epochs_where(history.logged[column] & ~np.isfinite(history.values[column]))
@@ -80,9 +82,14 @@ def test_finite(run: Run, capsule: CapsuleReader, audit: AuditRecorder) -> None:
 
 
 def test_loss_bound(run: Run, capsule: CapsuleReader, audit: AuditRecorder) -> None:
+    """HIS-02: a loss bounded below by 0 (``train_loss``, ``*_loss``, ``*cross_entropy*``) logged below
+    ``-1e-6`` is disclosed (topic ``loss_bound``).
+
+    A negative cross-entropy, BCE or MSE is a loss-math bug, such as scaled BCE targets.
+    """
     history = _history(audit, run, capsule)
     columns = _loss_columns(history)
-    findings = {}
+    findings: dict[str, dict[str, Any]] = {}
     for column in columns:
         values = history.values[column]
         below = history.logged[column] & (values < -LOSS_FLOOR_TOLERANCE)
@@ -121,13 +128,17 @@ def _selection_target(run: Run) -> tuple[str | None, str | None]:
 
 
 def test_best_at_first_epoch(run: Run, capsule: CapsuleReader, audit: AuditRecorder) -> None:
+    """HIS-03: a best ``val_<metric>`` (the declared selection metric and mode, else the first protocol
+    metric) at the first of at least two finite evaluations, never improved on, is disclosed (topic
+    ``best_at_first_epoch``).
+    """
     history = _history(audit, run, capsule)
     metric, mode = _selection_target(run)
     if metric is None:
         audit.not_run("run.json names no selection metric and no protocol metric (capsule.run_json_schema)")
     column = f"val_{metric}"
     if not history.has(column):
-        audit.not_run(f"train.csv does not log {column} (recognised, optional: capsule.md §6)")
+        audit.not_run(f"train.csv does not log {column} (recognised, optional: docs/capsule.md §6)")
     epochs, values = history.series(column)
     finite = np.isfinite(values)
     epochs, values = epochs[finite], values[finite]
@@ -160,9 +171,12 @@ def _robust_z(values: np.ndarray) -> np.ndarray:
 
 
 def test_grad_spikes(run: Run, capsule: CapsuleReader, audit: AuditRecorder) -> None:
+    """HIS-05: a ``grad_norm`` above robust z 6 against the median and MAD (×1.4826) of the up to 10 values
+    before it (at least 5; the spread floored at 1 % of the median) is disclosed.
+    """
     history = _history(audit, run, capsule)
     if not history.has("grad_norm"):
-        audit.not_run("train.csv does not log grad_norm (recognised, optional: capsule.md §6)")
+        audit.not_run("train.csv does not log grad_norm (recognised, optional: docs/capsule.md §6)")
     epochs, values = history.series("grad_norm")
     finite = np.isfinite(values)
     epochs, values = epochs[finite], values[finite]
@@ -189,9 +203,12 @@ def test_grad_spikes(run: Run, capsule: CapsuleReader, audit: AuditRecorder) -> 
 
 
 def test_loss_spikes(run: Run, capsule: CapsuleReader, audit: AuditRecorder) -> None:
+    """HIS-06: a ``train_loss`` jump to ≥ 10× the median of the up to 5 rows before it is disclosed, as
+    recovered when a later value comes back within 2× that median, else as diverged.
+    """
     history = _history(audit, run, capsule)
     epochs, values = history.series("train_loss")
-    spikes = []
+    spikes: list[dict[str, Any]] = []
     for index in range(1, len(values)):
         before = np.median(values[max(0, index - SPIKE_WINDOW) : index])
         if not (np.isfinite(before) and before > 0 and np.isfinite(values[index])):
@@ -229,6 +246,11 @@ def _planned_epochs(run: Run) -> int | None:
 
 
 def test_counters(run: Run, capsule: CapsuleReader, audit: AuditRecorder) -> None:
+    """HIS-10: an ``epoch`` or ``step`` that decreases between rows (noted when right after a ``resume``
+    row), or a last epoch beyond ``training.epochs_planned``, is disclosed.
+
+    This is the resume-bug signature: state restored without its counters.
+    """
     history = _history(audit, run, capsule)
     resets = []
     for column in ("epoch", "step"):
@@ -277,9 +299,16 @@ def _schedule(run: Run) -> str | None:
 
 
 def test_lr_schedule(run: Run, capsule: CapsuleReader, audit: AuditRecorder) -> None:
+    """HIS-11: a logged ``lr`` constant over 3 or more rows under a ``training.schedule`` other than
+    ``constant``/``none``/``fixed``, or (for a non-cyclic schedule) back within 1 % of its initial value
+    right after a resume, is disclosed.
+
+    A constant log means the config scalar was logged or the scheduler never stepped; a restart after a
+    resume means the scheduler state was not restored and warmup or decay was replayed.
+    """
     history = _history(audit, run, capsule)
     if not history.has("lr"):
-        audit.not_run("train.csv does not log lr (recognised, optional: capsule.md §6)")
+        audit.not_run("train.csv does not log lr (recognised, optional: docs/capsule.md §6)")
     schedule = _schedule(run)
     if schedule is None:
         audit.not_run("run.json declares no training.schedule to hold the logged LR against")
@@ -325,6 +354,9 @@ def test_lr_schedule(run: Run, capsule: CapsuleReader, audit: AuditRecorder) -> 
 
 
 def test_early_finish(run: Run, capsule: CapsuleReader, audit: AuditRecorder) -> None:
+    """HIS-16: ``training.epochs_run`` below ``epochs_planned`` without ``training.early_stop: true`` is
+    disclosed (topic ``early_stop``) as a probable early failure.
+    """
     if run.kind == "hardware":
         audit.not_applicable("hardware capsules carry no training history")
     training = run.get("training")
@@ -364,6 +396,12 @@ def _config_sha(run: Run) -> str | None:
 def test_stale_repeat(
     run: Run, capsule: CapsuleReader, audit: AuditRecorder, sibling_run: Run | None
 ) -> None:
+    """HIS-17: a ``train.csv`` series byte-identical to a sibling's (``epoch``, ``step``, ``lr``,
+    ``wall_time_s`` and ``resume`` not compared) is disclosed unless both runs declare determinism with
+    the same seed and config hash.
+
+    An identical history from a different seed or config means a stale artifact, or one run reported twice.
+    """
     if run.kind == "hardware":
         audit.not_applicable("hardware capsules carry no training history")
     if sibling_run is None:

@@ -12,11 +12,11 @@ import pytest
 
 from runaudit import manifest as manifests
 from runaudit.fixtures.custody import Custody
-from runaudit.fixtures.run import Run
 from runaudit.fixtures.verdicts import AuditRecorder
 from runaudit.hashing import HashCache
 from runaudit.ids import duplicates, is_safe_id
 from runaudit.receipts import run_receipt
+from runaudit.run import Run
 from runaudit.schema import schema_problems
 
 pytestmark = pytest.mark.custody
@@ -30,6 +30,12 @@ def _examples(items: list[Any]) -> str:
 
 
 def test_present(run: Run, custody: Custody, audit: AuditRecorder) -> None:
+    """A pull manifest names the run, no manifest or receipt sits inside the capsule, and the manifest
+    validates against its schema, declares the ``pull_id`` of its folder and has totals equal to what its
+    entries add up to; anything else fails.
+
+    Without a manifest nothing proves that the pulled bytes are complete.
+    """
     inside = [
         rel for rel in custody.tree.files if rel.rsplit("/", 1)[-1] in (manifests.MANIFEST, manifests.RECEIPT)
     ]
@@ -40,11 +46,11 @@ def test_present(run: Run, custody: Custody, audit: AuditRecorder) -> None:
     )
     manifest = custody.manifest
     where = f"{run.root}/_trust/pulls/{run.pull or '*'}/{manifests.MANIFEST}"
-    audit.require(
-        manifest is not None,
-        f"run {run.run_id}: no pull manifest names this run ({where}); build one on the producer with "
-        "`runaudit manifest` — without it nothing proves the pulled bytes are complete",
-    )
+    if manifest is None:
+        audit.fail(
+            f"run {run.run_id}: no pull manifest names this run ({where}); build one on the producer with "
+            "`runaudit manifest` — without it nothing proves the pulled bytes are complete"
+        )
     audit.evidence(pull_id=manifest.pull_id, manifest=manifest.path, manifest_sha256=manifest.sha256)
     audit.require(manifest.problem is None, f"run {run.run_id}: {manifest.problem}")
     problems = schema_problems("pull", manifest.document)
@@ -61,6 +67,10 @@ def test_present(run: Run, custody: Custody, audit: AuditRecorder) -> None:
 
 
 def test_roster(run: Run, custody: Custody, audit: AuditRecorder) -> None:
+    """The manifest's roster is non-empty, of safe unique ids, names the run and equals the capsules its files
+    belong to, and the run's local files and empty folders equal the listed ones exactly; a missing or an
+    unexpected path fails.
+    """
     manifest = custody.require_manifest(audit)
     roster = manifest.roster
     where = f"run {run.run_id}: pull {manifest.pull_id}"
@@ -95,6 +105,10 @@ def test_roster(run: Run, custody: Custody, audit: AuditRecorder) -> None:
 
 
 def test_path_safety(run: Run, custody: Custody, audit: AuditRecorder) -> None:
+    """Every path the manifest lists is relative, free of ``..``, ``.``, empty, backslash or NUL components,
+    made of safe ids, listed once, free of case-fold collisions and resolves inside the capsule, no local
+    file is a symlink or special file, and neither the capsule folder nor its holder is a symlink; else fails.
+    """
     manifest = custody.require_manifest(audit)
     paths = [entry.get("path") for entry in manifest.entries]
     folders = manifest.empty_dirs
@@ -133,7 +147,10 @@ def _local_file(
 
 
 def test_size(run: Run, custody: Custody, audit: AuditRecorder, manifest_file: dict[str, Any] | None) -> None:
+    """The local file's size in bytes equals the one the manifest lists for it; any other size fails."""
     rel, _ = _local_file(run, custody, audit, manifest_file)
+    if manifest_file is None:  # _local_file reports a missing entry as not run
+        raise RuntimeError("a manifest subject without an entry reached the check")
     found = custody.tree.files[rel]
     expected = manifest_file.get("bytes")
     audit.evidence(expected=expected, found=found)
@@ -145,10 +162,17 @@ def test_size(run: Run, custody: Custody, audit: AuditRecorder, manifest_file: d
 def test_sha256(
     run: Run, custody: Custody, audit: AuditRecorder, manifest_file: dict[str, Any] | None
 ) -> None:
+    """The local file's SHA-256 equals the one the manifest lists for it; different bytes fail.
+
+    Within one trust boundary a stat-keyed cache skips unchanged bytes (the evidence says ``hashed: cache``
+    or ``fresh``); ``runaudit verify``, ``runaudit accept`` and ``--runaudit-fresh-hashes`` hash every byte.
+    """
     rel, _ = _local_file(run, custody, audit, manifest_file)
+    if manifest_file is None:  # _local_file reports a missing entry as not run
+        raise RuntimeError("a manifest subject without an entry reached the check")
     if custody.tree.files[rel] != manifest_file.get("bytes"):
         audit.not_run(f"{rel} has the wrong size (reported by manifest.size)")
-    digest = custody.digest(rel)
+    digest = custody.hashed(rel)
     expected = manifest_file.get("sha256")
     audit.evidence(expected=expected, found=digest.sha256, hashed=digest.source)
     audit.require(
@@ -160,6 +184,10 @@ def test_sha256(
 
 
 def test_receipt(run: Run, custody: Custody, audit: AuditRecorder) -> None:
+    """A receipt is current for the run (bound to the manifest's SHA-256 and pull id, the run in its roster,
+    every listed file still regular, of its size, with its recorded stat key or SHA-256), else fails;
+    before any ``runaudit verify`` it says not_run.
+    """
     manifest = custody.require_manifest(audit)
     if manifests.receipt_of(manifest) is None:
         audit.not_run(

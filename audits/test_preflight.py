@@ -20,11 +20,11 @@ from pathlib import Path
 
 import pytest
 
-from runaudit.fixtures import gpu, host
+from runaudit import gpu, host
 from runaudit.fixtures.preflight import Place, Preflight, places
-from runaudit.fixtures.run import Run
 from runaudit.fixtures.verdicts import AuditRecorder
-from runaudit.runners.profiles import STALE_AFTER_MONTHS
+from runaudit.platforms import STALE_AFTER_MONTHS
+from runaudit.run import Run
 
 pytestmark = [pytest.mark.preflight, pytest.mark.live]
 
@@ -54,6 +54,9 @@ def _not_measurable(audit: AuditRecorder, places_: list[Place]) -> list[tuple[Pl
 
 
 def test_disk_bytes(run: Run, preflight: Preflight, audit: AuditRecorder) -> None:
+    """Each filesystem holding the data or durable folder (measured once) fails when ≥ 95 % full, or when its
+    free space is below the ``disk`` budget × 1.10 (not_run without that budget).
+    """
     measured = _not_measurable(audit, places(run, preflight.profile))
     audit.evidence(
         places={
@@ -93,6 +96,9 @@ def test_disk_bytes(run: Run, preflight: Preflight, audit: AuditRecorder) -> Non
 
 
 def test_disk_inodes(run: Run, preflight: Preflight, audit: AuditRecorder) -> None:
+    """Each filesystem holding the data or durable folder fails when ≥ 95 % of its inodes are used, or when
+    its free inodes are below the ``files`` budget × 1.10 (not_run without that budget).
+    """
     measured = _not_measurable(audit, places(run, preflight.profile))
     cap = preflight.profile.facts["inode_cap"] if preflight.profile else None
     audit.evidence(
@@ -129,6 +135,11 @@ def test_disk_inodes(run: Run, preflight: Preflight, audit: AuditRecorder) -> No
 
 
 def test_memory_limit(run: Run, preflight: Preflight, audit: AuditRecorder) -> None:
+    """Fails when usage already exceeds 90 % of the cgroup memory limit, or when the ``memory`` budget
+    exceeds 90 % of the ceiling (the cgroup limit, else ``MemTotal``).
+
+    Past the limit the kernel OOM-kills the run with a bare "Killed".
+    """
     limit = host.memory_limit()
     audit.evidence(
         limit_bytes=limit.limit_bytes,
@@ -159,6 +170,9 @@ def test_memory_limit(run: Run, preflight: Preflight, audit: AuditRecorder) -> N
 
 
 def test_shm(run: Run, preflight: Preflight, audit: AuditRecorder) -> None:
+    """With a ``workers`` budget above 0, ``/dev/shm`` must exist and hold the ``shm`` budget (default
+    1 GiB), else fails: data-loader workers die with SIGBUS.
+    """
     workers = preflight.budget.workers
     if workers is None:
         audit.not_run(
@@ -181,6 +195,10 @@ def test_shm(run: Run, preflight: Preflight, audit: AuditRecorder) -> None:
 
 
 def test_gpu_health(run: Run, preflight: Preflight, audit: AuditRecorder) -> None:
+    """Fails on a GPU breaking rules PF04–PF07 (hard faults, throttling, VRAM held by dead processes,
+    unaccounted memory above 5 % of total), on fewer GPUs than the ``gpus`` budget, or on an ``nvidia-smi``
+    that does not answer; no ``nvidia-smi`` is not_applicable unless ``gpus`` expects one.
+    """
     expected = preflight.budget.gpus
     if shutil.which("nvidia-smi") is None:
         audit.require(
@@ -203,6 +221,11 @@ def test_gpu_health(run: Run, preflight: Preflight, audit: AuditRecorder) -> Non
 
 
 def test_env_hygiene(run: Run, preflight: Preflight, audit: AuditRecorder) -> None:
+    """Fails on conda base (unless the profile's image is the environment), an interpreter other than the
+    profile's ``PY``, a workstation outside a project environment, torch from the user site on a rental,
+    or, on a GPU machine, a CPU torch, a torch CUDA newer than the driver's or ``torch.cuda.is_available()``
+    false.
+    """
     profile = preflight.profile
     problems = []
     base_allowed = bool(profile and profile.env["base_is_env"])
@@ -249,12 +272,18 @@ def _cuda_problems(audit: AuditRecorder) -> list[str]:
 
 
 def test_durable_writable(run: Run, preflight: Preflight, audit: AuditRecorder) -> None:
+    """Fails unless a 4 KiB probe file can be exclusively created, fsynced, read back and removed in each
+    durable folder, and ``export/.partial`` and ``export/`` sit on one filesystem (closing is an atomic
+    rename).
+    """
     durable = [place for place in places(run, preflight.profile) if place.role == "durable"]
     targets = [place for place in durable if place.path is not None]
     if not targets:
         audit.not_applicable("; ".join(place.note for place in durable))
     problems = []
     for place in targets:
+        if place.path is None:  # targets keeps the places that have a path
+            raise RuntimeError(f"the {place.role} place without a path reached the check")
         if not place.path.is_dir():
             problems.append(f"{place.path} does not exist ({place.note}): is the durable mount there?")
             continue
@@ -284,6 +313,10 @@ def test_durable_writable(run: Run, preflight: Preflight, audit: AuditRecorder) 
 
 
 def test_detach_available(run: Run, preflight: Preflight, audit: AuditRecorder) -> None:
+    """Fails when neither tmux nor the profile's ``setsid nohup`` fallback is installed (``sbatch`` for a
+    Slurm profile), and discloses the fallback, which survives only an SSH drop; platform-run detach
+    (``k8s-job``, ``kaggle-commit``, ``onstart``) is not_applicable.
+    """
     detach = preflight.profile.detach if preflight.profile else {"primitive": "tmux", "fallback": "nohup"}
     primitive, fallback = detach["primitive"], detach["fallback"]
     audit.evidence(primitive=primitive, fallback=fallback, tmux=shutil.which("tmux"))
@@ -314,6 +347,9 @@ def test_detach_available(run: Run, preflight: Preflight, audit: AuditRecorder) 
 
 
 def test_profile_stamps(run: Run, preflight: Preflight, audit: AuditRecorder) -> None:
+    """Fails when a stamp of the ``--runaudit-profile`` is dated in the future, or a governing teardown fact
+    (teardown, billing, clocks) was last verified more than 6 months ago; not_run without a profile.
+    """
     profile = preflight.profile
     if profile is None:
         audit.not_run("no --runaudit-profile given: the platform's teardown facts cannot be date-checked")

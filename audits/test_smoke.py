@@ -1,9 +1,9 @@
 """Smoke gate: the project's own training code, a few steps on CPU, before any GPU is rented.
 
-Every audit takes the project's pieces from its smoke adapter (fixtures/adapter.py) and builds its own
+Every audit takes the project's pieces from its smoke adapter (runaudit/adapter.py) and builds its own
 fresh training state, so any one audit can run alone. A green smoke is necessary, not sufficient: it
 catches import, configuration, shape, scale, wiring and checkpoint bugs, never convergence. Ids follow
-verify-spec §2.1: gates fail (runs, finite_loss, params_update, loss_floor, the two round trips); the
+docs/checks.md §2.1: gates fail (runs, finite_loss, params_update, loss_floor, the two round trips); the
 rest disclose. torch and the probes are imported only once the adapter has answered, so a session
 without an adapter never imports torch.
 """
@@ -11,13 +11,15 @@ without an adapter never imports torch.
 from __future__ import annotations
 
 import math
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from runaudit.fixtures.adapter import (
+from runaudit.adapter import (
     CAPSULE,
     EVAL_BATCH,
     INPUT_PATHS,
@@ -28,8 +30,9 @@ from runaudit.fixtures.adapter import (
     SAVE,
     TRAIN_BATCH,
 )
-from runaudit.fixtures.smoke import Adapter, global_rng_state, set_global_rng_state
+from runaudit.fixtures.smoke import Adapter
 from runaudit.fixtures.verdicts import AuditRecorder
+from runaudit.rng import global_rng_state, set_global_rng_state
 
 pytestmark = [pytest.mark.smoke, pytest.mark.live]
 
@@ -41,6 +44,7 @@ RANDOM_SCALES: tuple[float | None, ...] = (None, 1.0, 30.0, 1000.0)  # None: per
 DESCENT_STEPS, DESCENT_LR = 50, 1.0  # loss_floor: Adam on the outputs themselves, toward the targets
 PARITY_RTOL, PARITY_ATOL = 1e-4, 1e-5
 CLOSE_ID = "smoke-capsule"
+CLOSE_DEADLINE_S = 600  # runaudit close audits the tiny capsule in a pytest session of its own
 
 
 def _kind(value: Any) -> str:
@@ -147,7 +151,7 @@ def test_eval_mode(adapter: Adapter, audit: AuditRecorder) -> None:
     """SMK-04: the evaluation forward runs every module in eval mode, without autograd."""
     state = adapter.new_state()
 
-    from runaudit.fixtures import training as probe
+    from runaudit import training as probe
 
     predict, inputs = adapter.fixture(PREDICT), adapter.fixture(EVAL_BATCH).inputs
     state.model.train()  # the evaluator is called from the training loop, with the model in training mode
@@ -176,7 +180,7 @@ def test_gradient_flow(adapter: Adapter, audit: AuditRecorder) -> None:
     """SMK-05 and SMK-10: one backward on the train batch reaches every trainable tensor."""
     state = adapter.new_state()
 
-    from runaudit.fixtures import training as probe
+    from runaudit import training as probe
 
     loss, batch = adapter.fixture(LOSS), adapter.fixture(TRAIN_BATCH)
 
@@ -213,7 +217,7 @@ def test_params_update(adapter: Adapter, audit: AuditRecorder) -> None:
     """SMK-08 and SMK-09: steps move the trainable tensors, and only them; the optimizer holds exactly them."""
     state = adapter.new_state()
 
-    from runaudit.fixtures import training as probe
+    from runaudit import training as probe
 
     model = state.model
     before, frozen = probe.tensors(model), probe.frozen(model)
@@ -262,7 +266,7 @@ def test_loss_floor(adapter: Adapter, audit: AuditRecorder) -> None:
 
     import torch
 
-    from runaudit.fixtures import training as probe
+    from runaudit import training as probe
 
     model, loss, batch = state.model, adapter.fixture(LOSS), adapter.fixture(TRAIN_BATCH)
     floor = float(adapter.optional(LOSS_FLOOR, 0.0))
@@ -327,7 +331,7 @@ def test_resume_roundtrip(adapter: Adapter, audit: AuditRecorder, tmp_path: Path
     """Train, save, restore in a fresh state, continue: equal to the run that was never interrupted."""
     save, load = adapter.fixture(SAVE), adapter.fixture(LOAD)
 
-    from runaudit.fixtures import training as probe
+    from runaudit import training as probe
 
     start = global_rng_state()
     first = adapter.new_state()
@@ -378,22 +382,31 @@ def test_resume_roundtrip(adapter: Adapter, audit: AuditRecorder, tmp_path: Path
 
 
 def test_capsule_roundtrip(adapter: Adapter, audit: AuditRecorder, tmp_path: Path) -> None:
-    """A tiny capsule written by the project's own code seals through ``runaudit close``."""
-    from runaudit.runners.close import CloseError, close_run
+    """A tiny capsule written by the project's own code seals through ``runaudit close``.
 
+    ``runaudit close`` runs as the user runs it, in its own process: the audit sees what the user would.
+    """
     write = adapter.fixture(CAPSULE, owned=True)
     root = tmp_path / "project"
     root.mkdir()
     adapter.call(CAPSULE, write, root, CLOSE_ID, owned=True)
+    command = [sys.executable, "-m", "runaudit", "close", CLOSE_ID, "--root", str(root)]
     try:
-        result = close_run(root, CLOSE_ID)
-    except CloseError as exc:
-        audit.fail(f"{adapter.label}: {CAPSULE} left nothing to close: {exc}")
-    reasons = [line.removeprefix("- ") for line in result.reason.strip().splitlines()]
-    audit.evidence(sealed=result.sealed, closure=reasons)
+        closed = subprocess.run(
+            command, capture_output=True, text=True, timeout=CLOSE_DEADLINE_S, check=False
+        )
+    except subprocess.TimeoutExpired:
+        audit.fail(f"{adapter.label}: runaudit close did not finish within {CLOSE_DEADLINE_S} s")
+    said = [line for line in (closed.stdout + closed.stderr).splitlines() if line.strip()]
+    if closed.returncode not in (0, 1):  # 2: refused before anything moved
+        audit.fail(
+            f"{adapter.label}: {CAPSULE} left nothing to close: {said[-1] if said else closed.returncode}"
+        )
+    reasons = [line.removeprefix("- ") for line in said if line.startswith("- ")]
+    audit.evidence(sealed=closed.returncode == 0, closure=reasons or said[-1:])
     audit.require(
-        result.sealed,
+        closed.returncode == 0,
         f"{adapter.label}: the tiny capsule written by {CAPSULE} was quarantined by runaudit close: "
-        + "; ".join(reasons[1:4] or reasons),
+        + "; ".join(reasons[:3] or said[-1:]),
     )
-    audit.note(f"{adapter.label}: a tiny capsule written by the project's own code sealed ({result.reason})")
+    audit.note(f"{adapter.label}: a tiny capsule written by the project's own code sealed ({said[-1]})")

@@ -1,4 +1,4 @@
-"""Variance gate (science): is a delta an effect or noise? (verify-spec §2.6)
+"""Variance gate (science): is a delta an effect or noise? (docs/checks.md §2.6)
 
 Siblings are the runs sharing ``comparison.group`` under the same root; each run is one seed draw of its
 ``comparison.arm``. The audited run's arm is compared with its reference arm: the only other arm, or the
@@ -16,8 +16,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from runaudit.fixtures.claims import metric_claims
-from runaudit.fixtures.items import (
+from runaudit.claims import metric_claims
+from runaudit.fixtures.verdicts import AuditRecorder
+from runaudit.items import (
     KeyedScores,
     MissingColumn,
     align,
@@ -25,9 +26,9 @@ from runaudit.fixtures.items import (
     mean_of,
     primary_condition,
 )
-from runaudit.fixtures.reader import CapsuleReader, Unavailable
-from runaudit.fixtures.run import DeclaredMetric, DeclaredTest, Run
-from runaudit.fixtures.siblings import (
+from runaudit.reader import CapsuleReader, Unavailable
+from runaudit.run import DeclaredMetric, DeclaredTest, Run
+from runaudit.siblings import (
     ComparisonGroup,
     ablated,
     arm_of,
@@ -36,14 +37,13 @@ from runaudit.fixtures.siblings import (
     reader,
     seed_of,
 )
-from runaudit.fixtures.statistics import (
+from runaudit.statistics import (
     decimals_supported,
     iqm_interval,
     minimum_detectable_effect,
     paired_delta,
     standard_error,
 )
-from runaudit.fixtures.verdicts import AuditRecorder
 
 pytestmark = pytest.mark.science
 
@@ -185,11 +185,14 @@ def _need_band(audit: AuditRecorder, run: Run, arms: Mapping[str, Arm], names: l
 
 
 def test_seed_count(run: Run, audit: AuditRecorder) -> None:
+    """VAR-01: an arm of the comparison group (the run alone when it declares none) with fewer than 3
+    distinct seeds (5 for ``task: rl``) is disclosed (topic ``seeds``), naming arms whose runs repeat a seed.
+    """
     if run.declared is None:
         audit.not_run(f"run.json is unreadable (reported by capsule.run_json_schema): {run.problem}")
     group = _group(run)
     needed = SEEDS_NEEDED_RL if run.task == "rl" else SEEDS_NEEDED
-    arms = {}
+    arms: dict[str, dict[str, Any]] = {}
     for name, members in group.arms.items():
         seeds = [seed_of(member) for member in members]
         distinct = len({seed for seed in seeds if seed is not None}) + seeds.count(None)
@@ -229,6 +232,11 @@ def _band_text(arm: Arm) -> str:
 def test_seed_band(
     run: Run, audit: AuditRecorder, declared_metric: tuple[DeclaredTest, DeclaredMetric] | None
 ) -> None:
+    """VAR-02: the declared value's mean ± sample standard deviation over seeds, per arm with its n, is
+    disclosed when the audited arm's band overlaps another arm's (the difference is inside seed noise).
+
+    A declared single seed (``declarations: seeds``) makes it not_applicable.
+    """
     compared = _compared(audit, run, declared_metric)
     arms, own = compared.arms, compared.own
     _need_band(audit, run, arms, list(arms))
@@ -261,6 +269,12 @@ def test_paired_bootstrap(
     audit: AuditRecorder,
     declared_metric: tuple[DeclaredTest, DeclaredMetric] | None,
 ) -> None:
+    """VAR-03, VAR-04, VAR-06: method − baseline over the items both score in ``results.parquet`` (the
+    baseline averaged over its runs) is disclosed when its 95 % bootstrap interval includes 0, or when items
+    were dropped to pair the arms.
+
+    Pairing per item makes the comparison valid even at one seed per arm.
+    """
     compared = _compared(audit, run, declared_metric)
     reference = _reference(audit, compared)
     metric, condition, arm = compared.metric, compared.condition, compared.group.arm
@@ -283,6 +297,8 @@ def test_paired_bootstrap(
         audit.not_run(
             f"{rel}: run {run.run_id} and arm {reference.name} share {len(method_scores)} scored item(s)"
         )
+    if metric.aggregation is None:
+        audit.not_run(f"metric {metric.name} declares no aggregation (reported by capsule.run_json_schema)")
     delta, (low, high) = paired_delta(method_scores, mean_of(baseline_scores), metric.aggregation)
     audit.evidence(
         method_arm=arm,
@@ -316,12 +332,16 @@ def test_paired_bootstrap(
 def test_mde(
     run: Run, audit: AuditRecorder, declared_metric: tuple[DeclaredTest, DeclaredMetric] | None
 ) -> None:
+    """VAR-05: an effect (arm mean − baseline mean) smaller than the minimum detectable effect
+    ``t_crit(df) · sd · √(2/n)``, ``df = 2(n − 1)``, two-sided α = 0.05, with ``sd`` and ``n`` of the noisier
+    arm, is disclosed as underpowered, not null.
+    """
     compared = _compared(audit, run, declared_metric)
     reference = _reference(audit, compared)
     arm = compared.group.arm
     banded = _need_band(audit, run, compared.arms, [arm, reference.name])
-    noisier = max(banded, key=lambda candidate: candidate.sd)
-    power = minimum_detectable_effect(noisier.sd, noisier.n)
+    noisier = max(banded, key=_band_sd)
+    power = minimum_detectable_effect(_band_sd(noisier), noisier.n)
     effect = compared.arms[arm].mean - reference.mean
     audit.evidence(
         mde=power.mde,
@@ -346,12 +366,24 @@ def test_mde(
     )
 
 
+def _band_sd(arm: Arm) -> float:
+    """The sd of an arm :func:`_need_band` kept: two or more seeds, so never None."""
+    if arm.sd is None:  # an invariant, not a finding: a crash (error), never a failed science audit
+        raise RuntimeError(f"arm {arm.name} reached the band comparison without a seed sd")
+    return arm.sd
+
+
 def test_baseline_draw(
     run: Run, audit: AuditRecorder, declared_metric: tuple[DeclaredTest, DeclaredMetric] | None
 ) -> None:
+    """VAR-07: a single-seed arm's value is always disclosed (topic ``seeds``) against the baseline's worst,
+    mean and best seeds, as one draw whose rank in its own seed distribution is unknown.
+    """
     compared = _compared(audit, run, declared_metric)
     reference = _reference(audit, compared)
     arm, probe = compared.group.arm, compared.own
+    if probe is None:  # _arms reads the audited run's own value or reports the audit not run
+        raise RuntimeError(f"run {run.run_id}: no value of its own after _arms")
     if probe.n >= 2:
         audit.not_applicable(f"arm {arm} has {probe.n} seeds; seed_band and mde compare its band")
     if reference.n < 2:
@@ -386,11 +418,15 @@ def test_baseline_draw(
 def test_rl_iqm(
     run: Run, audit: AuditRecorder, declared_metric: tuple[DeclaredTest, DeclaredMetric] | None
 ) -> None:
+    """VAR-08: for ``task: rl``, the interquartile mean across seeds with its bootstrap interval per arm;
+    fewer than 5 seeds in the audited arm, or its interval overlapping another arm's, is disclosed (topic
+    ``seeds``).
+    """
     if run.task != "rl":
         audit.not_applicable(f"task {run.task}: the IQM-over-seeds standard applies to rl")
     compared = _compared(audit, run, declared_metric)
     arm = compared.group.arm
-    summary = {}
+    summary: dict[str, dict[str, Any]] = {}
     for name, values in compared.arms.items():
         iqm, (low, high) = iqm_interval(np.asarray(values.values))
         summary[name] = {"values": values.values, "iqm": iqm, "ci": [low, high], "n": values.n}
@@ -422,6 +458,12 @@ def test_precision(
     audit: AuditRecorder,
     declared_metric: tuple[DeclaredTest, DeclaredMetric] | None,
 ) -> None:
+    """VAR-09: ``metrics.json`` showing more decimals than the standard error supports
+    (``floor(−log10 SE) + 2``; SE over items per condition, and for the primary condition at least the
+    across-seed error) is disclosed (topic ``precision``).
+
+    Digits beyond the error are noise: 0.016 supports 3 decimals, 3.42 supports 1.
+    """
     compared = _compared(audit, run, declared_metric)
     test, metric, own = compared.test, compared.metric, compared.own
     if metric.precision is None or metric.aggregation is None:
@@ -486,6 +528,10 @@ def _covered(key: str, paths: set[str]) -> bool:
 def test_one_variable(
     run: Run, capsule: CapsuleReader, audit: AuditRecorder, sibling_run: Run | None
 ) -> None:
+    """FAIR-01, REC-09: a sibling whose ``config.yaml`` differs in key paths that neither run declares
+    ``ablated`` (the seed aside), a declared ablation that is identical across arms, or a different
+    ``protocol_id`` is disclosed: the delta is then not the declared variable's effect alone.
+    """
     if run.declared is None:
         audit.not_run(f"run.json is unreadable (reported by capsule.run_json_schema): {run.problem}")
     if sibling_run is None:

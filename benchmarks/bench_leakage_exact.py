@@ -79,7 +79,7 @@ def synthetic_manifest(folder: Path, train: int, test: int, leaked: float) -> tu
 
 def runaudit_once(manifest: Path) -> tuple[float, float, int]:
     """(seconds to load the manifest, seconds for the overlap, test items found in train)."""
-    from runaudit.fixtures.splits import _load, overlap
+    from runaudit.splits import _load, overlap
 
     _load.cache_clear()
     started = time.perf_counter()

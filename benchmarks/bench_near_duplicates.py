@@ -17,9 +17,9 @@ import time
 
 import numpy as np
 
-from runaudit.fixtures.hamming import brute_force, neighbours
-from runaudit.fixtures.near_duplicates import MAX_RADIUS, find_near_duplicates
-from runaudit.fixtures.splits import SplitManifest
+from runaudit.hamming import brute_force, neighbours
+from runaudit.near_duplicates import MAX_RADIUS, find_near_duplicates
+from runaudit.splits import SplitManifest
 
 
 def synthetic(size: int, seed: int = 0) -> SplitManifest:

@@ -12,9 +12,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from runaudit.reports.findings import Finding, finding
+from runaudit.verdict import Verdict
 
-HELD = frozenset({"passed", "not_applicable"})
-RIDING = frozenset({"disclosed", "not_run", "error"})
 REDERIVATION = "capsule.metrics_rederived"
 
 
@@ -72,11 +71,11 @@ def _custody(
     ]
     if not custody:
         return "unverified", "no custody audit ran"
-    broken = sorted({item["audit"] for item in custody if item["verdict"] not in HELD})
+    broken = sorted({item["audit"] for item in custody if not Verdict(item["verdict"]).holds})
     rederived = [
         item for item in custody if item["audit"] == REDERIVATION and item["subject"] == f"{test_id}/{metric}"
     ]
-    if any(item["verdict"] in ("failed", "error") for item in custody):
+    if any(Verdict(item["verdict"]).broken for item in custody):
         return "failed", ", ".join(broken)
     if not rederived or rederived[0]["verdict"] != "passed":
         why = rederived[0]["verdict"].replace("_", " ") if rederived else "did not run"
@@ -104,7 +103,7 @@ def claims(doc: Mapping[str, Any]) -> list[Claim]:
         riding = tuple(
             finding(item)
             for item in verdicts
-            if item["verdict"] in RIDING
+            if Verdict(item["verdict"]).rides
             and item["gate_class"] != "custody"
             and affects_claim(item["affects"], test_id, metric)
         )

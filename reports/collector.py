@@ -10,7 +10,6 @@ Setup and call reports keep the record, which the terminal's status words (DISCL
 from __future__ import annotations
 
 import copy
-import datetime as dt
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -18,15 +17,16 @@ from typing import Any
 import pytest
 
 from runaudit.atomic import write_bytes_atomic, write_json_atomic
-from runaudit.fixtures.completeness import expected_custody
-from runaudit.fixtures.plugin import strict_mode
-from runaudit.fixtures.run import Run
-from runaudit.fixtures.verdicts import PROPERTY, Verdict, printable, record_of
+from runaudit.clock import utc_now
+from runaudit.fixtures.subjects import expected_custody
+from runaudit.fixtures.verdicts import PROPERTY, record_of, strict_mode
 from runaudit.reports import document, figures, html
+from runaudit.run import Run
+from runaudit.verdict import Verdict, printable
 
 PREDRAW_WAIT_S = 60
 # How a session that pytest reports with these statuses ended, in the report's words.
-SESSION_ENDS = {
+SESSION_ENDS: dict[int, str] = {
     pytest.ExitCode.OK: document.SESSION_COMPLETED,
     pytest.ExitCode.TESTS_FAILED: document.SESSION_COMPLETED,
     pytest.ExitCode.NO_TESTS_COLLECTED: document.SESSION_COMPLETED,
@@ -55,6 +55,9 @@ def junit_properties(record: dict[str, Any]) -> list[tuple[str, str]]:
     return [(f"{PROPERTY}.{name}", value) for name, value in fields.items() if value is not None]
 
 
+report_key = pytest.StashKey["VerdictReport"]()
+
+
 class VerdictReport:
     """Registered in ``pytest_configure`` on the controller only, when ``--run`` is given."""
 
@@ -63,7 +66,7 @@ class VerdictReport:
     def __init__(self, config: pytest.Config, run: Run) -> None:
         self.config = config
         self.run = run
-        self.started_utc = dt.datetime.now(dt.UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+        self.started_utc = utc_now()
         self.records: dict[str, dict[str, Any]] = {}
         self.written: list[Path] = []
         self.teardown: dict[str, str] | None = None
@@ -91,7 +94,7 @@ class VerdictReport:
 
     @property
     def writes_page(self) -> bool:
-        return self.config.getoption("runaudit_report_format") == "html"
+        return bool(self.config.getoption("runaudit_report_format") == "html")
 
     @pytest.hookimpl
     def pytest_sessionstart(self, session: pytest.Session) -> None:

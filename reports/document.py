@@ -14,15 +14,14 @@ from pathlib import Path
 from typing import Any
 
 import runaudit
-from runaudit.fixtures.run import Run
-from runaudit.fixtures.verdicts import EVIDENCE_DEPTH, Verdict, jsonable
 from runaudit.reports import facts
 from runaudit.reports.receipt import binding_receipt
+from runaudit.run import Run
+from runaudit.verdict import EVIDENCE_DEPTH, Verdict, jsonable
 
 SCHEMA_VERSION = "runaudit.report/1"
 # The report's own frame (document, verdicts, one verdict) around evidence already held to EVIDENCE_DEPTH.
 REPORT_DEPTH = EVIDENCE_DEPTH + 8
-CUSTODY_OK = frozenset({Verdict.PASSED, Verdict.NOT_APPLICABLE})
 SESSION_COMPLETED = "completed"
 INDEX_STEM = "index"  # <report-dir>/index.html is the sweep index (reports/index.py)
 PACKAGES = (
@@ -45,7 +44,7 @@ def report_stem(run_id: str) -> str:
 
 
 def environment() -> dict[str, Any]:
-    versions = {}
+    versions: dict[str, str | None] = {}
     for name in PACKAGES:
         try:
             versions[name] = importlib.metadata.version(name)
@@ -92,7 +91,7 @@ def custody_ok(doc: Mapping[str, Any]) -> bool:
     """
     custody = _local_custody(doc["verdicts"])
     complete = (doc.get("custody_gate") or {}).get("session") == SESSION_COMPLETED and not custody_gaps(doc)
-    return bool(custody) and complete and all(item["verdict"] in CUSTODY_OK for item in custody)
+    return bool(custody) and complete and all(Verdict(item["verdict"]).holds for item in custody)
 
 
 def _shown(items: list[str]) -> str:
@@ -109,7 +108,7 @@ def teardown(doc: Mapping[str, Any]) -> dict[str, str]:
     custody = _local_custody(doc["verdicts"])
     if not custody:
         return {"answer": "no", "reason": "no custody audit ran here (pytest --run=<id> -m custody)"}
-    broken = sorted({item["audit"] for item in custody if item["verdict"] not in CUSTODY_OK})
+    broken = sorted({item["audit"] for item in custody if not Verdict(item["verdict"]).holds})
     if broken:
         return {"answer": "no", "reason": f"{len(broken)} custody audit(s) did not hold: {_shown(broken)}"}
     session = (doc.get("custody_gate") or {}).get("session", "unknown")
@@ -144,7 +143,8 @@ def plain(doc: Mapping[str, Any]) -> dict[str, Any]:
     Its strings quote run data (file names, ids, messages, paths): a name that was not UTF-8 is shown
     with escapes (``bad\\xff.txt``) rather than breaking ``json.dumps`` or the page after every audit ran.
     """
-    return jsonable(doc, REPORT_DEPTH)
+    written: dict[str, Any] = jsonable(doc, REPORT_DEPTH)
+    return written
 
 
 def derive(doc: dict[str, Any]) -> dict[str, Any]:

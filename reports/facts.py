@@ -10,11 +10,11 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from runaudit.fixtures.run import Run
-from runaudit.fixtures.verdicts import jsonable, printable
 from runaudit.ids import is_safe_id
 from runaudit.manifest import load_json, nesting_problem
+from runaudit.run import Run
 from runaudit.safeio import read_regular
+from runaudit.verdict import jsonable, printable
 
 MAX_METRICS_BYTES = 16 * 1024 * 1024
 

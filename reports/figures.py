@@ -19,10 +19,11 @@ from typing import Any
 
 from runaudit.reports import figure_cache, plots
 from runaudit.reports.history import History, read_history
+from runaudit.verdict import Verdict
 
 MAX_PANELS = 4
-FLAGGED = frozenset({"disclosed", "failed", "error"})
-UNMEASURED = frozenset({"not_run", "not_applicable"})
+# The verdicts whose evidence a figure marks: a disclosure or a violation.
+FLAGGED = frozenset({Verdict.DISCLOSED, Verdict.FAILED, Verdict.ERROR})
 
 
 @dataclass(frozen=True)
@@ -71,7 +72,7 @@ def _unmeasured_notes(items: Sequence[Mapping[str, Any]]) -> list[str]:
     return [
         f"{_name(item)} {item['verdict'].replace('_', ' ')}: {item['message']}"
         for item in items
-        if item["verdict"] in UNMEASURED
+        if not Verdict(item["verdict"]).measured
     ]
 
 
@@ -85,7 +86,7 @@ def history_figure(doc: Mapping[str, Any], run_path: Path) -> Figure:
     family = _family(doc["verdicts"], "history.")
     marks, notes = [], _unmeasured_notes(family)
     for item in family:
-        if item["verdict"] not in FLAGGED or "epochs" not in item["evidence"]:
+        if Verdict(item["verdict"]) not in FLAGGED or "epochs" not in item["evidence"]:
             continue
         epochs, column = _epochs(item["evidence"]["epochs"]), item["evidence"].get("column")
         if epochs is None or not (column is None or isinstance(column, str)):
@@ -127,7 +128,7 @@ def seed_band_figure(doc: Mapping[str, Any]) -> Figure:
     family = _family(doc["verdicts"], "variance.seed_band")
     bands, notes = [], _unmeasured_notes(family)
     for item in family:
-        if item["verdict"] in UNMEASURED:
+        if not Verdict(item["verdict"]).measured:
             continue
         arms = _arms(item["evidence"])
         if arms is None:
@@ -194,7 +195,7 @@ def power_figures(doc: Mapping[str, Any]) -> list[Figure]:
         family = _family(doc["verdicts"], prefix)
         items, notes = [], _unmeasured_notes(family)
         for item in family:
-            if item["verdict"] in UNMEASURED:
+            if not Verdict(item["verdict"]).measured:
                 continue  # its reason is already among the notes
             parsed = parse(item)
             if parsed is None:
@@ -224,7 +225,7 @@ def leakage_figure(doc: Mapping[str, Any]) -> Figure:
     family = _family(doc["verdicts"], "leakage.")
     items, notes = [], _unmeasured_notes(family)
     for item in family:
-        if "overlap" not in item["evidence"] or item["verdict"] in UNMEASURED:
+        if "overlap" not in item["evidence"] or not Verdict(item["verdict"]).measured:
             continue
         overlap = _overlap(item["evidence"]["overlap"])
         if overlap == {}:

@@ -1,4 +1,4 @@
-"""The training history (``train.csv``) as series to plot, read leniently and bounded in size.
+"""The training history (``train.csv``) as series to plot, parsed leniently by :func:`runaudit.history.parse_history`.
 
 The capsule audits judge the file; the page only draws it. A missing or unreadable file yields the
 reason instead of a plot. Non-finite values stay NaN (a gap in the line); the history audits say why.
@@ -11,9 +11,12 @@ from __future__ import annotations
 import csv
 import io
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from runaudit.history import parse_history
+from runaudit.reader import Unavailable
 from runaudit.safeio import UnsafeFile, read_regular
 
 MAX_BYTES = 64 * 1024 * 1024
@@ -37,21 +40,7 @@ class History:
         return [(last[epoch], self.x[last[epoch]]) for epoch in epochs if epoch in last]
 
 
-def _float(cell: str) -> float:
-    try:
-        return float(cell)
-    except ValueError:
-        return math.nan
-
-
-def _int(cell: str) -> int | None:
-    try:
-        return int(cell)
-    except ValueError:
-        return None
-
-
-def _plotted(header: list[str]) -> list[str]:
+def _plotted(header: Sequence[str]) -> list[str]:
     wanted = [name for name in RECOGNISED if name in header]
     wanted[1:1] = sorted(name for name in header if name.startswith("val_"))
     return wanted
@@ -72,28 +61,28 @@ def read_history(run_path: Path) -> History | str:
         rows = list(csv.reader(io.StringIO(data.decode("utf-8"))))
     except (UnicodeDecodeError, csv.Error) as exc:
         return f"train.csv is not readable CSV ({exc})"
-    if len(rows) < 2 or "epoch" not in rows[0]:
+    if not rows:
         return "train.csv has no epoch column or no rows"
-    header, body = rows[0], [row for row in rows[1:] if len(row) == len(rows[0])]
-    columns = _plotted(header)
-    if not columns or not body:
+    try:
+        parsed = parse_history(rows[0], rows[1:], lenient=True)
+    except Unavailable:
+        return "train.csv has no epoch column or no rows"
+    columns = _plotted(rows[0])
+    if not columns:
         return "train.csv has no recognised numeric column to plot"
-    epochs = [_int(row[header.index("epoch")]) for row in body]
-    steps = [_int(row[header.index("step")]) for row in body] if "step" in header else []
-    per_epoch = len(set(epochs)) == len(epochs)
-    axis = "epoch" if per_epoch or not steps else "step"
-    x = [float(value) if value is not None else math.nan for value in (epochs if axis == "epoch" else steps)]
-    stride = max(1, math.ceil(len(body) / MAX_POINTS))
-    keep = sorted({*range(0, len(body), stride), len(body) - 1})
-    series = {}
-    for name in columns:
-        values = [_float(row[header.index(name)]) for row in body]
-        series[name] = tuple(
-            value if math.isfinite(value) else math.nan for value in (values[i] for i in keep)
-        )
+    epochs = [int(value) if math.isfinite(value) and value == int(value) else None for value in parsed.epochs]
+    steps = parsed.values.get("step")
+    axis = "epoch" if len(set(epochs)) == len(epochs) or steps is None else "step"
+    x = parsed.epochs if axis == "epoch" or steps is None else steps
+    stride = max(1, math.ceil(parsed.rows / MAX_POINTS))
+    keep = sorted({*range(0, parsed.rows, stride), parsed.rows - 1})
     return History(
         axis=axis,
-        x=tuple(x[i] for i in keep),
+        x=tuple(float(x[i]) for i in keep),
         epochs=tuple(epochs[i] for i in keep),
-        series=series,
+        series={name: tuple(_finite(parsed.values[name][i]) for i in keep) for name in columns},
     )
+
+
+def _finite(value: float) -> float:
+    return float(value) if math.isfinite(value) else math.nan

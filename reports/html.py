@@ -12,12 +12,15 @@ import functools
 import hashlib
 from collections.abc import Mapping
 from importlib import resources
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from markupsafe import Markup
 
 from runaudit.reports import page
 from runaudit.reports.findings import shown
+
+if TYPE_CHECKING:
+    import jinja2
 
 # Our own constant (and a script hash): marked safe so the policy reads in the page source as written.
 BASE_POLICY = (
@@ -26,7 +29,7 @@ BASE_POLICY = (
 
 
 @functools.cache
-def _environment() -> Any:
+def _environment() -> jinja2.Environment:
     import jinja2  # deferred: only the controller renders
 
     environment = jinja2.Environment(

@@ -20,26 +20,15 @@ from typing import Any
 
 import runaudit
 from runaudit.atomic import write_bytes_atomic
-from runaudit.fixtures.verdicts import printable
 from runaudit.manifest import nesting_problem
 from runaudit.reports.document import INDEX_STEM, REPORT_DEPTH, report_stem
 from runaudit.reports.findings import GATE_ORDER
 from runaudit.reports.schema import report_problems
-from runaudit.runners import RunnerError, existing_dir
+from runaudit.usage import Refusal, existing_dir
+from runaudit.verdict import Verdict, printable
 
 INDEX_FILE = f"{INDEX_STEM}.html"
 MAX_REPORT_BYTES = 64 * 1024 * 1024
-# Sort rank (worse is higher) and the one-character mark of each verdict; "" is an audit not run at all.
-RANK = {"": 0, "not_applicable": 1, "passed": 2, "disclosed": 3, "not_run": 4, "failed": 5, "error": 6}
-MARK = {
-    "": "",
-    "not_applicable": "·",
-    "passed": "✓",
-    "disclosed": "D",
-    "not_run": "N",
-    "failed": "✗",
-    "error": "E",
-}
 TITLE_CHARS = 160
 
 
@@ -64,11 +53,12 @@ class Cell:
 
     @property
     def rank(self) -> int:
-        return RANK[self.verdict]
+        """Sort rank, worse higher; 0 for an audit this run never reached."""
+        return Verdict(self.verdict).rank if self.verdict else 0
 
     @property
     def mark(self) -> str:
-        return MARK[self.verdict]
+        return Verdict(self.verdict).mark if self.verdict else ""
 
 
 @dataclass(frozen=True)
@@ -137,12 +127,12 @@ def _cell(audit: str, items: Sequence[Mapping[str, Any]]) -> Cell:
     """
     if not items:
         return Cell("", "not audited in this run")
-    worst = max(items, key=lambda item: RANK[item["verdict"]])
+    worst = max(items, key=lambda item: Verdict(item["verdict"]).rank)
     counts = Counter(item["verdict"] for item in items)
-    if worst["verdict"] in ("passed", "not_applicable") and len(counts) == 1:
+    if Verdict(worst["verdict"]).holds and len(counts) == 1:
         return Cell(worst["verdict"], "")
     title = ", ".join(f"{n} {verdict.replace('_', ' ')}" for verdict, n in sorted(counts.items()))
-    if worst["verdict"] not in ("passed", "not_applicable"):
+    if not Verdict(worst["verdict"]).holds:
         subject = f"[{worst['subject']}] " if worst["subject"] else ""
         title += f" — {subject}{worst['message']}"
     return Cell(worst["verdict"], title if len(title) <= TITLE_CHARS else title[: TITLE_CHARS - 1] + "…")
@@ -201,9 +191,9 @@ def write_index(folder: Path, output: Path | None = None) -> tuple[Path, dict[st
 def _main(args: argparse.Namespace) -> int:
     folder = args.report_dir or args.root / "reports"
     if not folder.is_dir():
-        raise RunnerError(f"no report folder at {folder}: run pytest --run=<id> first, or pass --report-dir")
+        raise Refusal(f"no report folder at {folder}: run pytest --run=<id> first, or pass --report-dir")
     if not any(folder.glob("*.json")):
-        raise RunnerError(f"{folder} holds no <run-id>.json report: run pytest --run=<id> first")
+        raise Refusal(f"{folder} holds no <run-id>.json report: run pytest --run=<id> first")
     target, model = write_index(folder, args.output)
     for row in model["rows"]:
         if row.problem:
@@ -213,7 +203,7 @@ def _main(args: argparse.Namespace) -> int:
     return 1 if model["broken"] else 0
 
 
-def add_verb(verbs: argparse._SubParsersAction) -> None:
+def add_verb(verbs: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = verbs.add_parser(
         "report-index", help="write index.html: every run's report as a runs × audits matrix"
     )

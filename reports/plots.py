@@ -15,9 +15,12 @@ import math
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from runaudit.reports.history import History
+
+if TYPE_CHECKING:
+    from matplotlib.typing import RcKeyType
 
 INK = "#1b1b1b"
 MUTED = "#8c8c8c"
@@ -41,7 +44,7 @@ class Mark:
     epochs: tuple[int, ...]
 
 
-def _rc(key: str) -> dict[str, Any]:
+def _rc(key: str) -> dict[RcKeyType, Any]:
     return {
         "svg.fonttype": "none",
         "svg.hashsalt": key,
@@ -61,7 +64,9 @@ def _style(key: str) -> contextlib.AbstractContextManager[Any]:
     return matplotlib.rc_context(_rc(key))
 
 
-def _figure(width: float, height: float, layout: str | None = "constrained") -> Any:
+def _figure(
+    width: float, height: float, layout: Literal["constrained", "compressed", "tight"] | None = "constrained"
+) -> Any:
     from matplotlib.figure import Figure  # no pyplot: no global figure state, no GUI backend
 
     return Figure(figsize=(width, height), layout=layout)

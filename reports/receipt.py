@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from runaudit.fixtures.run import Run
 from runaudit.hashing import HashCache
 from runaudit.receipts import run_receipt
+from runaudit.run import Run
 
 
 def _text(value: Any) -> str | None:

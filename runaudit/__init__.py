@@ -1,19 +1,16 @@
 """runaudit: pytest-native audits for deep-learning runs trained on GPUs you own or rent.
 
-The gates live in the design card's top-level folders (``audits/``, ``fixtures/``, ``runners/``,
-``reports/``, ``profiles/``, ``examples/``). Installed, setuptools maps each under this namespace; in a
-plain source checkout the folders sit beside this package, so ``__path__`` is widened to find them.
-Either way they import as ``runaudit.<folder>`` and no generic top-level name leaks into site-packages.
+This package's own modules are the pytest-free core: every decision that more than one part makes
+(receipts, manifests, hashing, the verdict vocabulary, the audit catalog, contract schemas, ``train.csv``
+history, statistics, platform profiles, time). The design card's top-level folders install under this
+namespace (pyproject.toml ``[tool.setuptools.package-dir]``) and call the core: ``audits/`` read through
+``fixtures/`` (the pytest plugin), ``runners/`` move runs, ``reports/`` tell. ``tests/test_boundaries.py``
+holds every part to that direction. Install the checkout (``pip install -e .``) to import them.
 """
 
 from __future__ import annotations
 
 from importlib import metadata as _metadata
-from pathlib import Path as _Path
-
-_checkout = _Path(__file__).resolve().parent.parent
-if (_checkout / "pyproject.toml").is_file() and (_checkout / "fixtures" / "plugin.py").is_file():
-    __path__.append(str(_checkout))  # type: ignore[name-defined]  # noqa: F821
 
 try:
     __version__ = _metadata.version("runaudit")

@@ -1,7 +1,7 @@
 """The ``runaudit`` console script: one sub-command per runner verb.
 
 Each verb's module registers itself through ``add_verb(verbs)``. A refusal the user can act on
-(:class:`~runaudit.runners.RunnerError`) ends in one line on stderr and exit status 2; a verb that ran
+(:class:`~runaudit.usage.Refusal`) ends in one line on stderr and exit status 2; a verb that ran
 but whose evidence did not hold (a quarantined close, a refused receipt) exits 1.
 """
 
@@ -13,7 +13,7 @@ import sys
 from collections.abc import Callable, Sequence
 
 import runaudit
-from runaudit.runners import RunnerError
+from runaudit.usage import Refusal
 
 USAGE_ERROR = 2
 VERB_MODULES = (
@@ -49,6 +49,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     handler: Callable[[argparse.Namespace], int] = args.handler
     try:
         return handler(args)
-    except RunnerError as exc:
+    except Refusal as exc:
         print(f"runaudit {args.verb}: error: {exc}", file=sys.stderr)
         return USAGE_ERROR

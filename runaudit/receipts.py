@@ -175,8 +175,8 @@ def run_receipt(
         return RunReceipt(run_id, manifest.pull_id, None, None, (problem,))
     receipt, path = found
     document = receipt if isinstance(receipt, dict) else None
-    if problem := judge(receipt, path, manifest, run_id):
-        return RunReceipt(run_id, manifest.pull_id, path, document, (f"run {run_id}: {problem}",))
+    if judged := judge(receipt, path, manifest, run_id):
+        return RunReceipt(run_id, manifest.pull_id, path, document, (f"run {run_id}: {judged}",))
     if check_bytes and (lost := bytes_problems(root, manifest, receipt, run_id, cache=cache)):
         fix = f"re-verify before any teardown: {verify_command(root, manifest.pull_id)}"
         lines = tuple(f"run {run_id}: {line}; {fix}" for line in lost[:5])

@@ -14,8 +14,8 @@ import os
 import stat
 from collections.abc import Iterator
 from contextlib import contextmanager
+from io import FileIO
 from pathlib import Path
-from typing import BinaryIO
 
 # Contract documents (run.json, metrics.json, manifests, receipts, selections) are kilobytes; a manifest
 # of a large sweep is a few MiB. Anything past these caps is refused rather than parsed.
@@ -46,7 +46,7 @@ def kind_of(mode: int) -> str:
 
 
 @contextmanager
-def open_regular(path: Path | str) -> Iterator[BinaryIO]:
+def open_regular(path: Path | str) -> Iterator[FileIO]:
     """Open ``path`` for binary reading only if it is a regular file reached without a final symlink."""
     try:
         fd = os.open(path, _OPEN_FLAGS)

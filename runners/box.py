@@ -13,9 +13,9 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from runaudit.ids import is_safe_id
-from runaudit.runners import RunnerError
-from runaudit.runners.profiles import Profile, load_profile
+from runaudit.platforms import Profile, load_profile
 from runaudit.runners.ssh import Endpoint
+from runaudit.usage import Refusal
 
 DEFAULT_STATE_DIR = ".runaudit/jobs"  # relative to the login directory: per-instance, never shared storage
 
@@ -48,7 +48,7 @@ class Box:
 
 def require_run_id(run_id: str) -> str:
     if not is_safe_id(run_id):
-        raise RunnerError(f"run id {run_id!r} is not a safe id (^[A-Za-z0-9][A-Za-z0-9._-]*$)")
+        raise Refusal(f"run id {run_id!r} is not a safe id (^[A-Za-z0-9][A-Za-z0-9._-]*$)")
     return run_id
 
 

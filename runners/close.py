@@ -1,4 +1,4 @@
-"""Close a run (capsule.md §1): active → export/.partial → audits → one atomic rename, or quarantine.
+"""Close a run (docs/capsule.md §1): active → export/.partial → audits → one atomic rename, or quarantine.
 
 Nothing is deleted and nothing is overwritten: ``active/<id>`` is copied, never moved; a sealed
 ``export/<id>`` is never replaced; a candidate that fails its custody audits moves whole to
@@ -8,11 +8,9 @@ Nothing is deleted and nothing is overwritten: ``active/<id>`` is copied, never 
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import fcntl
 import json
 import os
-import secrets
 import shutil
 import sys
 from collections.abc import Callable, Iterator
@@ -22,12 +20,13 @@ from pathlib import Path
 from typing import Any
 
 from runaudit.atomic import fsync_dir, write_bytes_atomic, write_json_atomic
+from runaudit.clock import attempt_id, utc_now
 from runaudit.hashing import sha256_file
 from runaudit.ids import is_safe_id
 from runaudit.manifest import load_json
-from runaudit.runners import RunnerError, existing_dir
 from runaudit.runners.suite import failures, run_suite
 from runaudit.safeio import JSON_CAP, read_regular
+from runaudit.usage import Refusal, existing_dir
 
 CLOSURE_GATES = ("test_capsule.py", "test_checkpoint.py")
 SEALED = ("config.yaml", "train.csv", "best.pth", "last.pth")
@@ -35,7 +34,7 @@ REASON_FILE = "QUARANTINE_REASON.txt"
 REPORT_FILE = "AUDIT_REPORT.json"
 
 
-class CloseError(RunnerError):
+class CloseError(Refusal):
     """Closing was refused before anything moved; the message is the line the user sees."""
 
 
@@ -46,14 +45,6 @@ class CloseResult:
     path: Path  # export/<id> when sealed, quarantine/<id>--<attempt> when not
     reason: str
     report: dict[str, Any] | None
-
-
-def utc_now() -> str:
-    return dt.datetime.now(dt.UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
-
-
-def new_attempt_id() -> str:
-    return f"{dt.datetime.now(dt.UTC):%Y%m%dT%H%M%SZ}-{secrets.token_hex(3)}"
 
 
 @contextmanager
@@ -74,7 +65,7 @@ def seal_bindings(draft: dict[str, Any], candidate: Path, root: Path) -> dict[st
     A binding the producer already declared is kept as declared, so that a stale one is caught by the
     audits instead of being silently recomputed.
     """
-    sealed = json.loads(json.dumps(draft))
+    sealed: dict[str, Any] = json.loads(json.dumps(draft))
     sealed["state"] = "closed"
     sealed["closed_utc"] = utc_now()
     if (candidate / "config.yaml").is_file() and isinstance(sealed.get("config"), dict):
@@ -91,7 +82,7 @@ def seal_bindings(draft: dict[str, Any], candidate: Path, root: Path) -> dict[st
 
 
 def quarantine(candidate: Path, root: Path, run_id: str, reason: str, report: dict[str, Any] | None) -> Path:
-    target = root / "quarantine" / f"{run_id}--{new_attempt_id()}"
+    target = root / "quarantine" / f"{run_id}--{attempt_id()}"
     target.parent.mkdir(parents=True, exist_ok=True)
     os.rename(candidate, target)
     fsync_dir(target.parent)
@@ -155,6 +146,7 @@ def close_run(root: Path, run_id: str, *, log: Callable[[str], None] = lambda li
             return CloseResult(run_id, False, target, reason, report)
         os.rename(candidate, final)
         fsync_dir(exports)
+    assert report is not None  # no report is a problem, and problems were returned above
     passed = sum(1 for item in report["verdicts"] if item["verdict"] == "passed")
     return CloseResult(run_id, True, final, f"{passed} closure audits passed", report)
 
@@ -169,7 +161,7 @@ def _main(args: argparse.Namespace) -> int:
     return 1
 
 
-def add_verb(verbs: argparse._SubParsersAction) -> None:
+def add_verb(verbs: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = verbs.add_parser("close", help="seal active/<id> as export/<id> once the closure audits pass")
     parser.add_argument("run_id", metavar="RUN_ID")
     parser.add_argument("--root", type=existing_dir, default=Path.cwd(), help="project root (default: .)")

@@ -18,9 +18,9 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from runaudit.fixtures.plugin import REPORT_DIR_OPTION, ROOT_OPTION, RUN_OPTION
-from runaudit.runners import RunnerError
+from runaudit.options import REPORT_DIR_OPTION, ROOT_OPTION, RUN_OPTION
 from runaudit.runners.manifest import parse_roster
+from runaudit.usage import Refusal
 
 KILL_WAIT_S = 30  # Slurm's default KillWait; the warning must leave time for a full checkpoint save
 SLURM_TIME = re.compile(r"^(\d+-)?\d{1,2}:\d{2}:\d{2}$|^\d+$")
@@ -28,7 +28,7 @@ DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 ROSTER_ENV = "RUNAUDIT_ROSTER"
 
 
-class ClusterSpecError(RunnerError):
+class ClusterSpecError(Refusal):
     """A rendered job failed its structural check; the message names the field."""
 
 
@@ -330,7 +330,7 @@ def _main(args: argparse.Namespace) -> int:
     try:
         text = args.roster.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
-        raise RunnerError(f"cannot read the roster {args.roster}: {exc}") from None
+        raise Refusal(f"cannot read the roster {args.roster}: {exc}") from None
     command = tuple(args.command[1:] if args.command[:1] == ["--"] else args.command)
     sweep = Sweep(
         name=args.name,
@@ -360,7 +360,7 @@ def _main(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_verb(verbs: argparse._SubParsersAction) -> None:
+def add_verb(verbs: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = verbs.add_parser(
         "cluster",
         help="render a sweep's launch or audit job: Slurm sbatch --array, or a Kubernetes indexed Job",

@@ -13,7 +13,6 @@ besides ``pull`` copying the manifest itself.
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import json
 import os
 import socket
@@ -26,20 +25,17 @@ from typing import Any
 import runaudit
 from runaudit import manifest as manifests
 from runaudit.atomic import write_json_atomic
-from runaudit.fixtures.plugin import FRESH_HASHES_OPTION, PULL_OPTION
+from runaudit.clock import utc_now
 from runaudit.ids import is_safe_id
+from runaudit.options import FRESH_HASHES_OPTION, PULL_OPTION
 from runaudit.receipts import ACCEPTANCE_VERSION, RECEIPT_VERSION, snapshot
-from runaudit.runners import RunnerError, existing_dir
 from runaudit.runners.suite import failures, run_suites
 from runaudit.safeio import JSON_CAP, read_regular
 from runaudit.schema import schema_problems
+from runaudit.usage import Refusal, existing_dir
 
 # The receipt audit is what this verification produces, so it cannot be one of its inputs.
 VERIFY_ARGS = ("-m", "custody", FRESH_HASHES_OPTION, "-k", "not test_receipt")
-
-
-def utc_now() -> str:
-    return dt.datetime.now(dt.UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
 
 
 def _node(name: str | None) -> dict[str, str]:
@@ -62,13 +58,13 @@ class Verification:
 def load_manifest(root: Path, pull_id: str) -> manifests.ManifestFile:
     """The pull's manifest, refused unless it is usable as a whole (:func:`manifests.manifest_problems`)."""
     if not is_safe_id(pull_id):
-        raise RunnerError(f"pull id {pull_id!r} is not a safe id (^[A-Za-z0-9][A-Za-z0-9._-]*$)")
+        raise Refusal(f"pull id {pull_id!r} is not a safe id (^[A-Za-z0-9][A-Za-z0-9._-]*$)")
     path = manifests.pulls_dir(root) / pull_id / manifests.MANIFEST
     if not os.path.lexists(path):
-        raise RunnerError(f"pull {pull_id}: {path} does not exist (copy it from the producer first)")
+        raise Refusal(f"pull {pull_id}: {path} does not exist (copy it from the producer first)")
     manifest = manifests.read_manifest(path)
     if problems := manifests.manifest_problems(manifest):
-        raise RunnerError(f"pull {pull_id}: {path} is not a usable runaudit.pull/1 manifest: {problems[0]}")
+        raise Refusal(f"pull {pull_id}: {path} is not a usable runaudit.pull/1 manifest: {problems[0]}")
     return manifest
 
 
@@ -167,7 +163,7 @@ def accept(
     independent = node or socket.gethostname()
     producer = manifest.document["producer"]["node"]
     if independent == producer:
-        raise RunnerError(
+        raise Refusal(
             f"pull {pull_id}: node {independent!r} produced this manifest; independent acceptance must run elsewhere"
         )
     verification = verify_pull(root, pull_id, log=log)
@@ -229,14 +225,14 @@ def _accept(args: argparse.Namespace) -> int:
             try:
                 records.append(manifests.load_json(read_regular(path, JSON_CAP)))
             except (OSError, ValueError) as exc:
-                raise RunnerError(f"cannot read acceptance {path}: {exc}") from None
+                raise Refusal(f"cannot read acceptance {path}: {exc}") from None
         problems = compare_acceptances(*records)
         for line in problems:
             print(line, file=sys.stderr)
         print("acceptances match on their scientific core" if not problems else "acceptances differ")
         return 0 if not problems else 1
     if args.root is None or args.pull_id is None:
-        raise RunnerError("accept needs --root and --pull-id (or --compare A B)")
+        raise Refusal("accept needs --root and --pull-id (or --compare A B)")
     verification, target = accept(
         args.root, args.pull_id, args.node, log=lambda line: print(line, file=sys.stderr)
     )
@@ -245,7 +241,7 @@ def _accept(args: argparse.Namespace) -> int:
     return _report(verification)
 
 
-def add_verb(verbs: argparse._SubParsersAction) -> None:
+def add_verb(verbs: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     verify = verbs.add_parser(
         "verify", help="run the custody audits on a pull and write PULL_VERIFIED.json if all pass"
     )

@@ -46,13 +46,14 @@ from typing import Any
 
 import runaudit
 from runaudit.atomic import write_json_atomic
+from runaudit.clock import stamp, utc_text
 from runaudit.ids import is_safe_id
+from runaudit.platforms import Profile
 from runaudit.receipts import RunReceipt, receipt_status
-from runaudit.runners import RunnerError, existing_dir
 from runaudit.runners.box import Box, add_box_arguments, box_from_args
 from runaudit.runners.manifest import parse_roster
-from runaudit.runners.profiles import Profile
 from runaudit.runners.ssh import UNKNOWN_STATE, Remote
+from runaudit.usage import Refusal, existing_dir
 
 RECORD_VERSION = "runaudit.teardown/1"
 NOTHING_STOPPED = "nothing was stopped"
@@ -70,7 +71,7 @@ HOUSEKEEPING = {
     ("export", "hardware"): ("dir", "link-dir"),
     ("export", ".close.lock"): ("file",),
 }
-# close.py names a quarantined attempt ``<run id>--<attempt id>`` (new_attempt_id: 20260101T000000Z-abc123).
+# close.py names a quarantined attempt ``<run id>--<attempt id>`` (runaudit.clock.attempt_id: 20260101T000000Z-abc123).
 QUARANTINED = re.compile(r"^(?P<run>.+)--\d{8}T\d{6}Z-[0-9a-f]{6}$", re.DOTALL)
 
 # POSIX sh, read-only. Every name goes back hex-encoded (a name may hold a newline or any byte), and a
@@ -98,7 +99,7 @@ echo "inventory=complete"
 """
 
 
-class Refused(RunnerError):
+class Refused(Refusal):
     """``down`` did nothing; the message says why and what would unblock it."""
 
 
@@ -212,7 +213,7 @@ def take_inventory(box: Box) -> Inventory:
     try:
         with Remote(box.endpoint) as remote:
             answer = remote.run(inventory_command(box), timeout=120)
-    except RunnerError as exc:  # a TransportError, or a named passphrase variable that is not set
+    except Refusal as exc:  # a TransportError, or a named passphrase variable that is not set
         reason = str(exc).removesuffix(f"; {UNKNOWN_STATE}")
         raise Refused(
             f"down refused: cannot inventory the box {label} under {root} ({reason}); {NOTHING_STOPPED}"
@@ -337,7 +338,7 @@ def record_path(root: Path, target: str, now: dt.datetime) -> Path:
     """``_trust/teardowns/<target>-<stamp>.json``; the target is reduced to a safe file name, never a path."""
     name = re.sub(r"[^A-Za-z0-9._-]", "_", target).lstrip(".-") or "target"
     folder = root / "_trust" / "teardowns"
-    stem = f"{name}-{now:%Y%m%dT%H%M%SZ}"
+    stem = f"{name}-{stamp(now)}"
     path, n = folder / f"{stem}.json", 1
     while path.exists() or path.is_symlink():  # two approvals in one second keep both records
         n += 1
@@ -357,7 +358,7 @@ def write_record(
         "profile": profile.name,
         "box": inventory.box,
         "remote_root": inventory.root,
-        "approved_utc": now.isoformat(timespec="seconds").replace("+00:00", "Z"),
+        "approved_utc": utc_text(now),
         "runaudit_version": runaudit.__version__,
         "inventory": [entry.as_record() for entry in inventory.entries],
         "named": list(approval.named),
@@ -385,11 +386,11 @@ def teardown(profile: Profile, target: str, *, say: Callable[[str], None] = prin
     try:
         done = subprocess.run(argv, stdin=subprocess.DEVNULL, timeout=300)
     except FileNotFoundError:
-        raise RunnerError(
+        raise Refusal(
             f"down {target}: the teardown command {argv[0]!r} is not installed; nothing was stopped"
         ) from None
     except subprocess.TimeoutExpired:
-        raise RunnerError(
+        raise Refusal(
             f"down {target}: the teardown command did not answer within 300 s; its effect is unknown, "
             f"check the platform ({meter.proof or 'console'})"
         ) from None
@@ -434,7 +435,7 @@ def _main(args: argparse.Namespace) -> int:
     return teardown(box.profile, args.target, say=say)
 
 
-def add_verb(verbs: argparse._SubParsersAction) -> None:
+def add_verb(verbs: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = verbs.add_parser(
         "down",
         help="the teardown gate: refuses unless every run on the box has a receipt (or is abandoned) "

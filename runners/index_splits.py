@@ -1,4 +1,4 @@
-"""``runaudit index-splits``: the split manifest of a dataset folder (capsule.md §8), for the leakage audits.
+"""``runaudit index-splits``: the split manifest of a dataset folder (docs/capsule.md §8), for the leakage audits.
 
 Each ingested file becomes one row: the path *as enumerated* and its case-folded form (so a ``Train/`` +
 ``train/`` double read is visible), the SHA-256 of its bytes, a 64-bit perceptual hash when it is an
@@ -24,9 +24,9 @@ from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
 from runaudit.atomic import write_atomic
-from runaudit.fixtures.perceptual_hash import phash_file
 from runaudit.ids import is_safe_id
-from runaudit.runners import RunnerError
+from runaudit.perceptual_hash import phash_file
+from runaudit.usage import Refusal
 
 if TYPE_CHECKING:
     import pyarrow
@@ -45,7 +45,7 @@ IMAGE_SUFFIXES = frozenset({".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".t
 LIST_COLUMNS = ("path", "split", "sample_id", "group", "time", "label")
 
 
-class IndexSplitsError(RunnerError):
+class IndexSplitsError(Refusal):
     """The dataset or list cannot be indexed as asked; the message names the file and the problem."""
 
 
@@ -164,7 +164,7 @@ def _times(values: list[str | None], where: str) -> pyarrow.Array:
         return pa.array([None if value is None else float(value) for value in values], pa.float64())
     except ValueError:
         pass
-    parsed = []
+    parsed: list[dt.datetime | None] = []
     for value in values:
         if value is None:
             parsed.append(None)
@@ -254,7 +254,7 @@ def _main(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_verb(verbs: argparse._SubParsersAction) -> None:
+def add_verb(verbs: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = verbs.add_parser(
         "index-splits", help="write the split manifest of a dataset folder for the leakage audits"
     )

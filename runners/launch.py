@@ -15,12 +15,10 @@ probe (at most ``--alive-timeout``, default 60 s) sees the process alive *and* i
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import hashlib
 import json
 import os
 import re
-import secrets
 import shlex
 import sys
 import time
@@ -28,10 +26,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from runaudit.runners import RunnerError
+from runaudit.clock import attempt_id, utc_now
 from runaudit.runners.box import Box, add_box_arguments, box_from_args, require_run_id
 from runaudit.runners.ssh import Remote, TransportError
 from runaudit.runners.watch import PROGRESS_FILE, classify, probe
+from runaudit.usage import Refusal
 
 ALIVE_TIMEOUT_S = 60.0
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -80,21 +79,21 @@ def environment(names: Sequence[str], env_file: Path | None, base: Mapping[str, 
     values = dict(base)
     for name in names:
         if not ENV_NAME.match(name):
-            raise RunnerError(f"--env {name!r}: not a variable name")
+            raise Refusal(f"--env {name!r}: not a variable name")
         if name not in os.environ:
-            raise RunnerError(f"--env {name}: not set in this environment, so there is nothing to forward")
+            raise Refusal(f"--env {name}: not set in this environment, so there is nothing to forward")
         values[name] = os.environ[name]
     if env_file is not None:
         try:
             lines = env_file.read_text(encoding="utf-8").splitlines()
         except OSError as exc:
-            raise RunnerError(f"--env-file {env_file}: cannot read it ({exc.strerror})") from None
+            raise Refusal(f"--env-file {env_file}: cannot read it ({exc.strerror})") from None
         for number, line in enumerate(lines, start=1):
             if not line.strip() or line.lstrip().startswith("#"):
                 continue
             name, sep, value = line.partition("=")
             if not sep or not ENV_NAME.match(name.strip()):
-                raise RunnerError(f"--env-file {env_file}:{number}: expected NAME=VALUE")
+                raise Refusal(f"--env-file {env_file}:{number}: expected NAME=VALUE")
             values[name.strip()] = value
     return values
 
@@ -127,17 +126,13 @@ def job_script(
     )
 
 
-def _utc() -> str:
-    return dt.datetime.now(dt.UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
-
-
 def _refuse_if_alive(remote: Remote, box: Box, run_id: str, progress_file: str) -> None:
     signals = probe(remote, box, run_id, progress_file=progress_file)
     if signals.get("launched") == "no":
         return
     state, reason = classify(signals)
     if state in ("running", "stalled"):
-        raise RunnerError(
+        raise Refusal(
             f"launch {run_id}: attempt {signals.get('attempt')} is still {state} on {box.endpoint.label} "
             f"({reason}); a second writer would corrupt it. Watch it, or stop it yourself first"
         )
@@ -152,7 +147,7 @@ def _prepare(remote: Remote, box: Box, run_id: str, attempt: str) -> tuple[str, 
     )
     lines = made.stdout.strip().splitlines()
     if not made.ok or len(lines) < 2:
-        raise RunnerError(f"launch {run_id}: cannot create the attempt folder on the box: {made.tail()}")
+        raise Refusal(f"launch {run_id}: cannot create the attempt folder on the box: {made.tail()}")
     return lines[0], lines[1] == "tmux=yes"
 
 
@@ -166,7 +161,7 @@ def _start(remote: Remote, box: Box, detach: str, session: str, script: str) -> 
         command = f"cd / && setsid nohup bash {shlex.quote(script)} </dev/null >/dev/null 2>&1 &"
     started = remote.run(command, timeout=30)
     if not started.ok:
-        raise RunnerError(f"launch: starting the job with {detach} failed: {started.tail()}")
+        raise Refusal(f"launch: starting the job with {detach} failed: {started.tail()}")
 
 
 def _alive_probe(
@@ -210,10 +205,10 @@ def launch(
 ) -> Launch:
     require_run_id(run_id)
     if not command:
-        raise RunnerError("launch: no command given (put it after --)")
+        raise Refusal("launch: no command given (put it after --)")
     wanted = detach or (box.profile.setting("DETACH").value("tmux") if box.profile else "tmux")
     if wanted not in ("tmux", "nohup"):
-        raise RunnerError(
+        raise Refusal(
             f"launch: detach primitive {wanted!r} is not launched over SSH; use `runaudit cluster` or the platform's own hook"
         )
     values = {
@@ -222,7 +217,7 @@ def launch(
         "RUNAUDIT_ROOT": str(box.root),
         **(env or {}),
     }
-    attempt = f"{dt.datetime.now(dt.UTC):%Y%m%dT%H%M%SZ}-{secrets.token_hex(3)}"
+    attempt = attempt_id()
     session = session_name(run_id)
     with Remote(box.endpoint) as remote:
         _refuse_if_alive(remote, box, run_id, progress_file)
@@ -240,16 +235,17 @@ def launch(
             job_script(box, run_id, attempt, attempt_dir, workdir or str(box.root), command).encode(),
             mode=0o700,
         )
+        tmux_session = session if used == "tmux" else None
         record = {
             "run_id": run_id,
             "attempt": attempt,
             "detach": used,
-            "session": session if used == "tmux" else None,
+            "session": tmux_session,
             "tmux_socket": box.tmux_socket if used == "tmux" else None,
             "workdir": workdir or str(box.root),
             "command": list(command),
             "env_names": sorted(values),
-            "launched_utc": _utc(),
+            "launched_utc": utc_now(),
             "launched_from": box.endpoint.label,
         }
         remote.write_file(f"{attempt_dir}/launch.json", (json.dumps(record, indent=2) + "\n").encode())
@@ -263,13 +259,13 @@ def launch(
             )
         except TransportError as exc:
             raise TransportError(f"launch {run_id}: the job was started, then {exc}") from None
-    return Launch(run_id, attempt, attempt_dir, used, record["session"], state, reason, waited)
+    return Launch(run_id, attempt, attempt_dir, used, tmux_session, state, reason, waited)
 
 
 def _main(args: argparse.Namespace) -> int:
     command = args.command
     if command[:1] and command[0].startswith("-"):
-        raise RunnerError(
+        raise Refusal(
             f"launch: {command[0]!r} after RUN_ID; options go before it: runaudit launch [options] RUN_ID -- COMMAND"
         )
     box = box_from_args(args)
@@ -294,7 +290,7 @@ def _main(args: argparse.Namespace) -> int:
     return 0 if ok else 1
 
 
-def add_verb(verbs: argparse._SubParsersAction) -> None:
+def add_verb(verbs: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = verbs.add_parser(
         "launch",
         usage="runaudit launch [options] RUN_ID -- COMMAND ...",

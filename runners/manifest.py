@@ -8,7 +8,6 @@ under ``_trust/pulls/<pull-id>/``, never inside a capsule, and never over an exi
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import socket
 from collections.abc import Callable
 from pathlib import Path
@@ -16,15 +15,16 @@ from pathlib import Path
 import runaudit
 from runaudit import manifest as manifests
 from runaudit.atomic import write_json_atomic
+from runaudit.clock import utc_now
 from runaudit.hashing import hash_files, progress_bar
 from runaudit.ids import casefold_collisions, duplicates, is_safe_id
-from runaudit.runners import RunnerError, existing_dir
+from runaudit.usage import Refusal, existing_dir
 
 SCHEMA_VERSION = "runaudit.pull/1"
 IGNORED_IN_EXPORT = (".partial", "hardware")  # closure workspace and hardware capsules' own folder
 
 
-class ManifestError(RunnerError):
+class ManifestError(Refusal):
     """The manifest was refused; nothing was written."""
 
 
@@ -95,7 +95,7 @@ def build_manifest(
         "schema_version": SCHEMA_VERSION,
         "pull_id": pull_id,
         "roster": roster,
-        "created_utc": dt.datetime.now(dt.UTC).isoformat(timespec="seconds").replace("+00:00", "Z"),
+        "created_utc": utc_now(),
         "producer": {
             "node": node or socket.gethostname(),
             "tool": "runaudit",
@@ -124,7 +124,7 @@ def _main(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_verb(verbs: argparse._SubParsersAction) -> None:
+def add_verb(verbs: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = verbs.add_parser(
         "manifest", help="write the producer's PULL_MANIFEST.json from an explicit roster"
     )

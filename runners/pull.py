@@ -24,17 +24,18 @@ import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from runaudit import manifest as manifests
 from runaudit.atomic import write_bytes_atomic
 from runaudit.hashing import hash_files, progress_bar
 from runaudit.ids import is_safe_id
-from runaudit.runners import RunnerError, existing_dir
 from runaudit.runners.box import Box, add_box_arguments, box_from_args
 from runaudit.runners.custody import Verification, write_receipt
 from runaudit.runners.ssh import Remote
 from runaudit.runners.transfer import remote_path, rsync
 from runaudit.safeio import JSON_CAP, is_regular, read_regular
+from runaudit.usage import Refusal, existing_dir
 
 # The _trust records a capsule binds by id (and by hash, which the capsule audits check): folder, suffix.
 BOUND_RECORDS = {"selections": ".json", "splits": ".parquet"}
@@ -55,32 +56,32 @@ class PullResult:
 def fetch_manifest(box: Box, root: Path, pull_id: str) -> manifests.ManifestFile:
     """The box's manifest, copied once into the local ``_trust/pulls/<id>/`` and checked."""
     if not is_safe_id(pull_id):
-        raise RunnerError(f"pull id {pull_id!r} is not a safe id")
+        raise Refusal(f"pull id {pull_id!r} is not a safe id")
     source = box.path("_trust", "pulls", pull_id, manifests.MANIFEST)
     with Remote(box.endpoint) as remote:
         try:
             data = remote.read_file(source)
         except FileNotFoundError:
-            raise RunnerError(
+            raise Refusal(
                 f"pull {pull_id}: {box.endpoint.label}:{source} does not exist; build it on the box first "
                 "(runaudit manifest --root ROOT --roster FILE --pull-id ID)"
             ) from None
     target = manifests.pulls_dir(root) / pull_id / manifests.MANIFEST
     manifest = manifests.parse_manifest(target, data)
     if problems := manifests.manifest_problems(manifest):
-        raise RunnerError(
+        raise Refusal(
             f"pull {pull_id}: the manifest from the box is not usable: {problems[0]}; nothing was written"
         )
     for folder in (manifests.pulls_dir(root).parent, manifests.pulls_dir(root), target.parent):
         if folder.is_symlink():
-            raise RunnerError(f"pull {pull_id}: {folder} is a symlink; refusing to write through it")
+            raise Refusal(f"pull {pull_id}: {folder} is a symlink; refusing to write through it")
     if os.path.lexists(target):
         try:
             same = read_regular(target, JSON_CAP) == data
         except OSError:
             same = False
         if not same:
-            raise RunnerError(
+            raise Refusal(
                 f"pull {pull_id}: {target} already holds another manifest than the box's; a manifest is "
                 "immutable, so a changed one needs a new pull id"
             )
@@ -92,7 +93,7 @@ def fetch_manifest(box: Box, root: Path, pull_id: str) -> manifests.ManifestFile
 def stale_files(runs: Path, manifest: manifests.ManifestFile) -> tuple[list[str], int]:
     """Manifest paths whose local copy is missing or differs in size or SHA-256; and how many were checked."""
     stale: list[str] = []
-    same_size: dict[Path, dict] = {}
+    same_size: dict[Path, dict[str, Any]] = {}
     for entry in manifest.entries:
         local = runs / entry["path"]
         if local.is_symlink() or not local.is_file() or local.stat().st_size != entry["bytes"]:
@@ -123,9 +124,13 @@ def bound_records(runs: Path, roster: list[str]) -> list[str]:
             continue  # the capsule audits report an unreadable run.json
         if not isinstance(declared, dict):
             continue
-        selections = declared.get("selections") if isinstance(declared.get("selections"), list) else []
+        selections = declared.get("selections")
+        if not isinstance(selections, list):
+            selections = []
         ids = {"selections": [item.get("selection_id") for item in selections if isinstance(item, dict)]}
-        split = declared.get("split") if isinstance(declared.get("split"), dict) else {}
+        split = declared.get("split")
+        if not isinstance(split, dict):
+            split = {}
         ids["splits"] = [split.get("split_id")]
         wanted |= {
             f"{folder}/{record_id}{BOUND_RECORDS[folder]}"
@@ -146,7 +151,7 @@ def fetch_bound_records(box: Box, root: Path, records: list[str]) -> list[str]:
     trust = root / "_trust"
     for folder in (trust, *(trust / name for name in BOUND_RECORDS)):
         if folder.is_symlink():
-            raise RunnerError(f"{folder} is a symlink; refusing to write _trust records through it")
+            raise Refusal(f"{folder} is a symlink; refusing to write _trust records through it")
     trust.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=".incoming-", dir=trust))
     arrived = []
@@ -159,10 +164,10 @@ def fetch_bound_records(box: Box, root: Path, records: list[str]) -> list[str]:
             missing_ok=True,
         )
         for rel in records:
-            folder, name = rel.split("/")
-            if (staging / folder).is_symlink() or not is_regular(staging / rel):
+            subfolder, name = rel.split("/")
+            if (staging / subfolder).is_symlink() or not is_regular(staging / rel):
                 continue
-            (trust / folder).mkdir(exist_ok=True)
+            (trust / subfolder).mkdir(exist_ok=True)
             if not os.path.lexists(trust / rel):
                 os.replace(staging / rel, trust / rel)
                 arrived.append(rel)
@@ -183,9 +188,9 @@ def pull(
     runs = root / "runs"
     for run_id in manifest.roster:
         if detour := manifests.folder_detour(runs, run_id):
-            raise RunnerError(f"pull {pull_id}: {detour}; refusing to write through it")
+            raise Refusal(f"pull {pull_id}: {detour}; refusing to write through it")
         if links := manifests.local_tree(runs, run_id).symlinks:
-            raise RunnerError(
+            raise Refusal(
                 f"pull {pull_id}: {runs / links[0]} is a symlink inside the local copy; remove it, then pull again"
             )
     result = PullResult(pull_id)
@@ -236,7 +241,7 @@ def _main(args: argparse.Namespace) -> int:
     return 1
 
 
-def add_verb(verbs: argparse._SubParsersAction) -> None:
+def add_verb(verbs: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = verbs.add_parser(
         "pull", help="rsync a pull's capsules home (resumable), then verify them and write the receipt"
     )

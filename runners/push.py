@@ -8,7 +8,6 @@ Caches, checkpoints and run outputs never travel (they are data, and ``push`` is
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import fnmatch
 import hashlib
 import json
@@ -18,11 +17,12 @@ import socket
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
+from runaudit.clock import utc_now
 from runaudit.hashing import sha256_file
-from runaudit.runners import RunnerError
 from runaudit.runners.box import Box, add_box_arguments, box_from_args
 from runaudit.runners.ssh import Remote
 from runaudit.runners.transfer import remote_path, rsync
+from runaudit.usage import Refusal
 
 EXCLUDES = (
     ".git",
@@ -79,7 +79,7 @@ def local_tree(source: Path, patterns: tuple[str, ...]) -> Tree:
     """Every file to push, hashed; symlinks and names a remote listing cannot carry are refused."""
     root = source.resolve()
     if not root.is_dir():
-        raise RunnerError(f"push: {source} is not a directory")
+        raise Refusal(f"push: {source} is not a directory")
     files: dict[str, str] = {}
     for folder, dirs, names in os.walk(root):
         here = PurePosixPath(Path(folder).relative_to(root).as_posix())
@@ -93,15 +93,15 @@ def local_tree(source: Path, patterns: tuple[str, ...]) -> Tree:
             if name in names:
                 files[relative.as_posix()] = sha256_file(path)
     if not files:
-        raise RunnerError(f"push: nothing to push under {root} after excluding caches and run outputs")
+        raise Refusal(f"push: nothing to push under {root} after excluding caches and run outputs")
     return Tree(dict(sorted(files.items())))
 
 
 def _check_name(path: Path, relative: PurePosixPath) -> None:
     if "\n" in relative.as_posix() or "\\" in relative.as_posix():
-        raise RunnerError(f"push: {path}: a name with a newline or backslash cannot be verified remotely")
+        raise Refusal(f"push: {path}: a name with a newline or backslash cannot be verified remotely")
     if path.is_symlink():
-        raise RunnerError(f"push: {path} is a symlink; push copies files only (leave it out with --exclude)")
+        raise Refusal(f"push: {path} is a symlink; push copies files only (leave it out with --exclude)")
 
 
 def remote_tree(remote: Remote, destination: str, patterns: tuple[str, ...]) -> Tree:
@@ -110,7 +110,7 @@ def remote_tree(remote: Remote, destination: str, patterns: tuple[str, ...]) -> 
         timeout=600,
     )
     if not listing.ok:
-        raise RunnerError(f"push: hashing the pushed tree on the box failed: {listing.tail()}")
+        raise Refusal(f"push: hashing the pushed tree on the box failed: {listing.tail()}")
     files = {}
     for line in listing.stdout.splitlines():
         digest, _, name = line.partition("  ")
@@ -142,7 +142,7 @@ def push(box: Box, source: Path, destination: str, *, patterns: tuple[str, ...] 
                 for what, items in (("missing", missing), ("different", changed), ("extra on the box", extra))
                 if items
             ]
-            raise RunnerError(
+            raise Refusal(
                 f"push: the tree at {box.endpoint.label}:{destination} differs from {source}: "
                 f"{'; '.join(problems)}; remove stale files or push to a fresh --dest"
             )
@@ -152,12 +152,12 @@ def push(box: Box, source: Path, destination: str, *, patterns: tuple[str, ...] 
             "files": len(tree.files),
             "source": str(source.resolve()),
             "from_node": socket.gethostname(),
-            "pushed_utc": dt.datetime.now(dt.UTC).isoformat(timespec="seconds").replace("+00:00", "Z"),
+            "pushed_utc": utc_now(),
         }
         state = f"{box.state_dir}/{box.key}"
         made = remote.run(f"mkdir -p -m 700 {shlex.quote(state)}")
         if not made.ok:
-            raise RunnerError(f"push: cannot create {state} on the box: {made.tail()}")
+            raise Refusal(f"push: cannot create {state} on the box: {made.tail()}")
         remote.write_file(f"{state}/{PUSH_RECORD}", (json.dumps(record, indent=2) + "\n").encode())
     return tree
 
@@ -173,7 +173,7 @@ def _main(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_verb(verbs: argparse._SubParsersAction) -> None:
+def add_verb(verbs: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = verbs.add_parser("push", help="rsync the project code to the box and prove it landed by hash")
     parser.add_argument(
         "source", type=Path, nargs="?", default=Path.cwd(), help="project folder (default: .)"

@@ -17,13 +17,13 @@ from pathlib import Path
 from typing import Any
 
 from runaudit.atomic import write_bytes_atomic, write_json_atomic
-from runaudit.fixtures.plugin import REPORT_DIR_OPTION, ROOT_OPTION, RUN_OPTION
+from runaudit.options import REPORT_DIR_OPTION, ROOT_OPTION, RUN_OPTION
 from runaudit.reports import document, html
 from runaudit.reports.document import report_stem
-from runaudit.runners import RunnerError, existing_dir
 from runaudit.runners.box import Box, add_box_arguments, box_from_args, require_run_id
 from runaudit.runners.remote_close import NOT_INSTALLED, python_on_box
 from runaudit.runners.ssh import Remote, transport_failure
+from runaudit.usage import Refusal, existing_dir
 
 PYTEST_EXITS = {0: "every audit held", 1: "some audits did not hold"}
 
@@ -46,7 +46,7 @@ def audit_on_box(
     with Remote(box.endpoint) as remote:
         made = remote.run('mktemp -d "${TMPDIR:-/tmp}/runaudit-audit.XXXXXX"')
         if not made.ok:
-            raise RunnerError(f"audit: cannot make a temporary folder on the box: {made.tail()}")
+            raise Refusal(f"audit: cannot make a temporary folder on the box: {made.tail()}")
         reports = made.stdout.strip()
         try:
             module_args = [
@@ -70,13 +70,13 @@ def audit_on_box(
             ]
             done = remote.run(python_on_box(box, workdir, module_args), timeout=3600)
             if done.exit_code in NOT_INSTALLED:
-                raise RunnerError(
+                raise Refusal(
                     f"audit: pytest did not start on the box ({done.tail()}); pass --workdir or --python"
                 )
             try:
                 document = json.loads(remote.read_file(f"{reports}/{report_stem(run_id)}.json"))
             except FileNotFoundError:
-                raise RunnerError(
+                raise Refusal(
                     f"audit {run_id}: the suite on {box.endpoint.label} wrote no report "
                     f"(pytest exit {done.exit_code}: {done.tail()})"
                 ) from None
@@ -100,7 +100,7 @@ def _main(args: argparse.Namespace) -> int:
     box = box_from_args(args)
     pytest_args = args.pytest_args
     if "--" in pytest_args:
-        raise RunnerError("audit: options go before RUN_ID: runaudit audit [options] RUN_ID -- PYTEST ARGS")
+        raise Refusal("audit: options go before RUN_ID: runaudit audit [options] RUN_ID -- PYTEST ARGS")
     code, document, tail = audit_on_box(box, args.run_id, args.workdir, pytest_args)
     report_dir = args.report_dir or (args.root / "reports")
     target = write_merged(report_dir, args.run_id, document, box.endpoint.label)
@@ -112,7 +112,7 @@ def _main(args: argparse.Namespace) -> int:
     return code
 
 
-def add_verb(verbs: argparse._SubParsersAction) -> None:
+def add_verb(verbs: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = verbs.add_parser(
         "audit",
         usage="runaudit audit [options] RUN_ID [-- PYTEST ARGS ...]",

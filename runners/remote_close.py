@@ -1,4 +1,4 @@
-"""``runaudit close RUN_ID --host ...``: the closure of capsule.md §1, executed on the box itself.
+"""``runaudit close RUN_ID --host ...``: the closure of docs/capsule.md §1, executed on the box itself.
 
 Closing is a filesystem rename on the producer, so it must run where ``active/`` lives; over SSH this
 module runs the box's own ``python -m runaudit close`` and relays its answer. It adds the box options to
@@ -14,9 +14,9 @@ import shlex
 import sys
 from collections.abc import Callable, Sequence
 
-from runaudit.runners import RunnerError
 from runaudit.runners.box import Box, add_box_arguments, box_from_args, require_run_id
 from runaudit.runners.ssh import Remote, Result
+from runaudit.usage import Refusal
 
 NOT_INSTALLED = (126, 127)
 
@@ -32,7 +32,7 @@ def run_on_box(box: Box, workdir: str | None, module_args: Sequence[str], *, tim
     with Remote(box.endpoint) as remote:
         result = remote.run(python_on_box(box, workdir, module_args), timeout=timeout)
     if result.exit_code in NOT_INSTALLED:
-        raise RunnerError(
+        raise Refusal(
             f"{box.python} -m {module_args[0]} did not start on {box.endpoint.label} ({result.tail()}); "
             "push the code and pass --workdir, or install runaudit on the box"
         )
@@ -48,7 +48,7 @@ def _dispatch(local: Callable[[argparse.Namespace], int], args: argparse.Namespa
     if args.host is None:
         return local(args)
     if args.remote_root is None:
-        raise RunnerError("close --host needs --remote-root (the project root on the box)")
+        raise Refusal("close --host needs --remote-root (the project root on the box)")
     box = box_from_args(args)
     result = close_on_box(box, args.run_id, args.workdir)
     sys.stdout.write(result.stdout)
@@ -59,7 +59,7 @@ def _dispatch(local: Callable[[argparse.Namespace], int], args: argparse.Namespa
     return result.exit_code
 
 
-def add_verb(verbs: argparse._SubParsersAction) -> None:
+def add_verb(verbs: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = verbs.choices["close"]
     add_box_arguments(parser, required=False)
     parser.add_argument("--workdir", help="with --host: the pushed code on the box (put on PYTHONPATH)")

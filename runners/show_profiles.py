@@ -10,13 +10,14 @@ import argparse
 import datetime as dt
 import sys
 
+from runaudit.platforms import STALE_AFTER_MONTHS, Profile, ProfileError, load_profile, profile_names
 from runaudit.runners.down import plan_lines
-from runaudit.runners.profiles import STALE_AFTER_MONTHS, Profile, ProfileError, load_profile, profile_names
 
 
 def summary_line(profile: Profile, today: dt.date) -> str:
     meter = profile.meter_stop
-    undo = {True: "reversible", False: "irreversible"}.get(meter.reversible, str(meter.reversible))
+    labels: dict[bool | str, str] = {True: "reversible", False: "irreversible"}
+    undo = labels.get(meter.reversible, str(meter.reversible))
     stale = len(profile.stale_stamps(today))
     stamps = f"{stale} stale stamp(s)" if stale else "stamps fresh"
     return (
@@ -70,7 +71,7 @@ def _main(args: argparse.Namespace) -> int:
     return 2 if broken else 0
 
 
-def add_verb(verbs: argparse._SubParsersAction) -> None:
+def add_verb(verbs: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = verbs.add_parser("profiles", help="list the platform profiles, or show one in full")
     parser.add_argument("name", nargs="?", help="a profile (autodl, china:gpushare ...) or a .toml file")
     parser.set_defaults(handler=_main)

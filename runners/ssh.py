@@ -21,14 +21,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from runaudit.runners import RunnerError
 from runaudit.safeio import JSON_CAP, kind_of
+from runaudit.usage import Refusal
 
 CONNECT_TIMEOUT_S = 15.0
 UNKNOWN_STATE = "the run's state is unknown, not failed"
 
 
-class TransportError(RunnerError):
+class TransportError(Refusal):
     """The SSH transport failed. Nothing is known about the box or the run from this alone."""
 
 
@@ -167,7 +167,7 @@ class Remote:
             connect_kwargs["key_filename"] = str(endpoint.identity.expanduser())
         if endpoint.passphrase_env:
             if endpoint.passphrase_env not in os.environ:
-                raise RunnerError(
+                raise Refusal(
                     f"the key passphrase variable {endpoint.passphrase_env} is not set in this environment"
                 )
             connect_kwargs["passphrase"] = os.environ[endpoint.passphrase_env]
@@ -248,21 +248,19 @@ class Remote:
             sftp = self.sftp()
             info = sftp.lstat(path)
             if not stat.S_ISREG(info.st_mode or 0):
-                raise RunnerError(
+                raise Refusal(
                     f"{self.endpoint.label}:{path} is {kind_of(info.st_mode or 0)}; expected a regular file"
                 )
             if (info.st_size or 0) > cap:
-                raise RunnerError(
+                raise Refusal(
                     f"{self.endpoint.label}:{path} holds {info.st_size} bytes, more than the {cap}-byte limit"
                 )
             with sftp.open(path, "rb") as handle:
-                data = handle.read(cap + 1)
-        except (FileNotFoundError, RunnerError):
+                data: bytes = handle.read(cap + 1)
+        except (FileNotFoundError, Refusal):
             raise
         except Exception as exc:
             raise transport_failure(self.endpoint, exc, f"reading {path} from") from None
         if len(data) > cap:
-            raise RunnerError(
-                f"{self.endpoint.label}:{path} grew past the {cap}-byte limit while it was read"
-            )
+            raise Refusal(f"{self.endpoint.label}:{path} grew past the {cap}-byte limit while it was read")
         return data

@@ -22,13 +22,11 @@ from typing import Any
 
 import runaudit
 from runaudit import manifest as manifests
-from runaudit.fixtures.plugin import REPORT_DIR_OPTION, REPORT_FORMAT_OPTION, ROOT_OPTION, RUN_OPTION
-from runaudit.fixtures.verdicts import AUDITS_DIR
+from runaudit.catalog import AUDITS_DIR
 from runaudit.hashing import hash_before_fork
+from runaudit.options import REPORT_DIR_OPTION, REPORT_FORMAT_OPTION, ROOT_OPTION, RUN_OPTION
 from runaudit.reports.document import report_stem
-
-HELD = ("passed", "not_applicable")
-
+from runaudit.verdict import Verdict
 
 # What a custody session imports that costs most (torch alone is ~1.5 s and ~220 MiB): imported once in
 # the parent of forked suites, shared copy-on-write by every child.
@@ -177,7 +175,7 @@ def failures(report: dict[str, Any]) -> list[str]:
     return [
         f"{item['audit']}{_bracketed(item['subject'])} {item['verdict']}: {item['message']}"
         for item in report["verdicts"]
-        if item["verdict"] not in HELD
+        if not Verdict(item["verdict"]).holds
     ]
 
 

@@ -15,8 +15,8 @@ import tempfile
 from collections.abc import Iterable, Sequence
 from typing import IO
 
-from runaudit.runners import RunnerError
 from runaudit.runners.ssh import UNKNOWN_STATE, Endpoint, HostKeyRejected, TransportError
+from runaudit.usage import Refusal
 
 # rsync exit statuses that mean the link, not the data, failed (rsync(1) EXIT VALUES).
 TRANSPORT_EXITS = {
@@ -39,9 +39,7 @@ def remote_path(endpoint: Endpoint, path: str) -> str:
 def require_rsync() -> str:
     found = shutil.which("rsync")
     if found is None:
-        raise RunnerError(
-            "rsync is not installed on this machine; install it (Debian: apt-get install rsync)"
-        )
+        raise Refusal("rsync is not installed on this machine; install it (Debian: apt-get install rsync)")
     return found
 
 
@@ -94,8 +92,9 @@ def _run(argv: list[str], progress: IO[str] | None) -> None:
             argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=errors, text=True
         ) as process,
     ):
-        assert process.stdout is not None
-        for chunk in iter(lambda: process.stdout.read(256), ""):
+        stdout = process.stdout
+        assert stdout is not None
+        for chunk in iter(lambda: stdout.read(256), ""):
             if progress is not None:
                 progress.write(chunk)
                 progress.flush()
@@ -112,4 +111,4 @@ def _run(argv: list[str], progress: IO[str] | None) -> None:
             f"transfer failed: rsync exit {code} ({TRANSPORT_EXITS[code]}; {tail}); partial files are kept "
             f"and the same command resumes; {UNKNOWN_STATE}"
         )
-    raise RunnerError(f"rsync exit {code}: {tail}")
+    raise Refusal(f"rsync exit {code}: {tail}")

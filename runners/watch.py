@@ -19,9 +19,9 @@ import sys
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 
-from runaudit.runners import RunnerError
 from runaudit.runners.box import Box, add_box_arguments, box_from_args, require_run_id
 from runaudit.runners.ssh import UNKNOWN_STATE, Remote, TransportError
+from runaudit.usage import Refusal
 
 STALL_AFTER_S = 1800.0
 EXIT_STATUS = {"running": 0, "finished": 0, "stalled": 1, "dead": 1, "unknown": 3}
@@ -105,7 +105,7 @@ def classify(signals: Mapping[str, str], *, stall_after_s: float = STALL_AFTER_S
     if signals.get("probe") != "complete":
         return "unknown", f"the probe's answer was cut short; {UNKNOWN_STATE}"
     if signals.get("launched") == "no":
-        raise RunnerError("no launch record for this run on the box; launch it with `runaudit launch` first")
+        raise Refusal("no launch record for this run on the box; launch it with `runaudit launch` first")
     now = _int(signals, "now") or 0
     alive = signals.get("alive")
     session = signals.get("session", "n/a")
@@ -175,7 +175,7 @@ def _main(args: argparse.Namespace) -> int:
     return EXIT_STATUS[status.state]
 
 
-def add_verb(verbs: argparse._SubParsersAction) -> None:
+def add_verb(verbs: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = verbs.add_parser(
         "watch",
         help="one-shot state of a launched run: running, finished, dead, stalled or unknown",

@@ -11,9 +11,9 @@ from pathlib import Path
 from typing import Any
 
 from runaudit.examples.digits.build import DEMO_RUN_ID
-from runaudit.fixtures.resolve import Location, Root
-from runaudit.fixtures.run import Run
 from runaudit.reports import document
+from runaudit.resolve import Location, Root
+from runaudit.run import Run
 
 HOSTILE = '<script>window.__pwned=1</script>"\'&<img src=x onerror="window.__pwned=1"> ünïcødé ✓ $x$'
 

@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 import torch
 
+from runaudit.checkpoints import CheckpointRefused, inspect
 from runaudit.examples.digits.build import DEMO_RUN_ID
-from runaudit.fixtures.checkpoints import CheckpointRefused, inspect
 from runaudit.manifest import MANIFEST, RECEIPT
 
 

@@ -20,11 +20,11 @@ from runaudit import receipts
 from runaudit.cli import main
 from runaudit.examples.digits.build import DEMO_RUN_ID
 from runaudit.manifest import RECEIPT
+from runaudit.platforms import builtin_dir, load_profile
 from runaudit.receipts import receipt_status, snapshot
 from runaudit.runners import down as down_module
 from runaudit.runners.box import Box
 from runaudit.runners.down import Entry, Inventory, Refused, gate, parse_inventory, record_path
-from runaudit.runners.profiles import builtin_dir, load_profile
 
 RUNPOD_TERMINATE = 'how = "console or `runpodctl remove pod <id>`"\n'
 BOX_ARGS = ["--host", "box.invalid", "--remote-root", "/srv/project", "--known-hosts", "/nonexistent"]

@@ -27,7 +27,7 @@ import pytest
 from science_support import copy_capsule, edit_json
 
 from runaudit.examples.digits.build import DEMO_RUN_ID
-from runaudit.fixtures.reader import CONFIG_NODES, YamlRefused, yaml_documents
+from runaudit.reader import CONFIG_NODES, YamlRefused, yaml_documents
 
 # A healthy audit of these subsets takes a few seconds; the hostile inputs used to take 97 s and more.
 SESSION_DEADLINE_S = 60
@@ -242,7 +242,7 @@ def test_cycles_and_shared_containers_are_refused_not_walked(
 ) -> None:
     import torch
 
-    from runaudit.fixtures.checkpoints import CheckpointRefused, inspect
+    from runaudit.checkpoints import CheckpointRefused, inspect
 
     checkpoints = sys.modules[inspect.__module__]  # the module inspect reads its bounds from
 

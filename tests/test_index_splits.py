@@ -12,7 +12,7 @@ from PIL import Image
 from science_support import digit_png, write_list
 
 from runaudit import cli
-from runaudit.fixtures.perceptual_hash import phash64
+from runaudit.perceptual_hash import phash64
 
 
 def _dataset(root: Path, layout: dict[str, range]) -> Path:

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from runaudit.fixtures import plugin  # its names are read inside the tests, which then fail one by one
+from runaudit import options  # its names are read inside the tests, which then fail one by one
 from runaudit.runners import custody, remote_audit, suite
 from runaudit.runners.box import Box
 from runaudit.runners.cluster import Sweep
@@ -81,7 +81,8 @@ def runaudit_option_calls(config: pytest.Config) -> list[tuple[str, ...]]:
         if name.startswith("runaudit.") and name not in modules:
             modules.add(name)
             impl.function(**{arg: {"parser": recorder, "pluginmanager": None}[arg] for arg in impl.argnames})
-    assert {"runaudit.fixtures.plugin", "runaudit.fixtures.custody", "runaudit.fixtures.preflight"} <= modules
+    # Every option is added by one always-loaded module, also when the gate plugins stay unloaded.
+    assert modules == {"runaudit.fixtures.options"}
     return recorder.calls
 
 
@@ -89,16 +90,16 @@ def test_every_option_is_namespaced_or_an_allowed_alias(pytestconfig: pytest.Con
     calls = runaudit_option_calls(pytestconfig)
     for names in calls:
         canonical, *aliases = names
-        assert canonical == plugin.RUN_OPTION or canonical.startswith(plugin.OPTION_PREFIX), names
+        assert canonical == options.RUN_OPTION or canonical.startswith(options.OPTION_PREFIX), names
         assert aliases == (
-            [plugin.OPTION_ALIASES[canonical]] if canonical in plugin.OPTION_ALIASES else []
+            [options.OPTION_ALIASES[canonical]] if canonical in options.OPTION_ALIASES else []
         ), names
     strings = {name for names in calls for name in names}
-    assert set(plugin.OPTION_ALIASES) <= strings, "an allowed alias names an option runaudit does not add"
-    assert not strings & set(plugin.DROPPED_ALIASES), "a dropped alias is registered again"
+    assert set(options.OPTION_ALIASES) <= strings, "an allowed alias names an option runaudit does not add"
+    assert not strings & set(options.DROPPED_ALIASES), "a dropped alias is registered again"
     assert not strings & KNOWN_PLUGIN_OPTIONS, "an option string a well-known plugin already uses"
-    assert plugin.spelled(plugin.ROOT_OPTION) == "--runaudit-root/--root"
-    assert plugin.spelled("--runaudit-profile") == "--runaudit-profile"
+    assert options.spelled(options.ROOT_OPTION) == "--runaudit-root/--root"
+    assert options.spelled("--runaudit-profile") == "--runaudit-profile"
 
 
 def test_pytest_knows_each_option_by_exactly_the_names_runaudit_gives(pytestconfig: pytest.Config) -> None:
@@ -213,7 +214,7 @@ def test_an_alias_is_the_same_option(
     values = [value] if value is not None else []
     by_name = pytester.parseconfig("-p", "runaudit.fixtures.plugin", canonical, *values)
     by_alias = pytester.parseconfig(
-        "-p", "runaudit.fixtures.plugin", plugin.OPTION_ALIASES[canonical], *values
+        "-p", "runaudit.fixtures.plugin", options.OPTION_ALIASES[canonical], *values
     )
     assert by_alias.getoption(dest) == by_name.getoption(dest) != pytester.parseconfig().getoption(dest)
 
@@ -293,7 +294,7 @@ def test_the_runners_build_pytest_arguments_pytest_accepts(
     remote_audit.audit_on_box(box, RUN, None, ["-m", "preflight", "--runaudit-profile", "local"])
     (command,) = [line for line in _FakeRemote.commands if " -m pytest " in line]
     built["audit"] = after_pytest(shlex.split(command))
-    short_forms = set(plugin.OPTION_ALIASES.values())
+    short_forms = set(options.OPTION_ALIASES.values())
     for runner, args in built.items():
         assert not short_forms & {arg.split("=")[0] for arg in args}, runner  # the runners spell names out
         config = parsed(pytester, args)
@@ -302,3 +303,23 @@ def test_the_runners_build_pytest_arguments_pytest_accepts(
     assert parsed(pytester, built["audit"]).getoption("runaudit_profile") == "local"
     assert parsed(pytester, built["verify"]).getoption("runaudit_report_format") == "json"
     assert parsed(pytester, built["verify"]).getoption("runaudit_fresh_hashes") is True
+
+
+# -- a guest in other projects' sessions ----------------------------------------------------------------
+
+
+def test_without_run_only_the_entry_plugin_and_its_options_are_loaded(pytester: pytest.Pytester) -> None:
+    """An ordinary test suite in an environment that has runaudit: no gate plugin, no per-test hook."""
+    pytester.makepyfile("def test_plain():\n    assert True\n")
+    pytester.makeconftest(
+        "def pytest_sessionfinish(session):\n"
+        "    names = sorted(session.config.pluginmanager.list_name_plugin())\n"
+        "    print('LOADED', [name for name, _ in names if name.startswith('runaudit.')])\n"
+    )
+    result = pytester.runpytest_subprocess("-s", "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1)
+    loaded = [line[line.index("LOADED") :] for line in result.outlines if "LOADED" in line]
+    assert loaded, result.outlines
+    for module in ("session", "custody", "smoke", "preflight"):
+        assert f"runaudit.fixtures.{module}" not in loaded[0], loaded[0]
+    assert "runaudit.fixtures.options" in loaded[0], loaded[0]

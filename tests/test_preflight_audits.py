@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from runaudit.runners.profiles import builtin_dir
+from runaudit.platforms import builtin_dir
 
 RUN = "r1"
 FULL_BUDGET = (

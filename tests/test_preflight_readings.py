@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from runaudit.fixtures import gpu, host
+from runaudit import gpu, host
 
 RECORDED = Path(__file__).parent / "recorded" / "nvidia-smi"
 H100_LOAD_PIDS = {11327: "S", 11328: "S", 11345: "R"}  # memhog, memhog, gpu_burn in the recorded load

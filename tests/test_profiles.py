@@ -10,8 +10,7 @@ from pathlib import Path
 import pytest
 
 from runaudit.cli import main
-from runaudit.runners.box import add_box_arguments, endpoint_from_args
-from runaudit.runners.profiles import (
+from runaudit.platforms import (
     MEASURE_LIVE,
     ProfileError,
     builtin_dir,
@@ -19,6 +18,7 @@ from runaudit.runners.profiles import (
     merge_member,
     profile_names,
 )
+from runaudit.runners.box import add_box_arguments, endpoint_from_args
 
 PLATFORMS = ("autodl", "runpod", "vastai", "lambda", "paperspace", "china", "generic-ssh", "local")
 FRONTMATTER = (

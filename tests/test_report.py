@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from runaudit.examples.digits.build import DEMO_RUN_ID
-from runaudit.fixtures.verdicts import GATES, Verdict
 from runaudit.reports import html
+from runaudit.verdict import GATE_CLASSES, Verdict
 
 GATE = ("-m", "custody", "-k", "capsule")
 REPORT_KEYS = {
@@ -48,7 +48,7 @@ def test_report_json_has_the_shape_of_audits_md(run_audits, demo_project: Path) 
     for item in report["verdicts"]:
         assert set(VERDICT_KEYS) <= item.keys()
         assert re.fullmatch(r"capsule\.[a-z_]+", item["audit"])
-        assert item["gate_class"] in GATES and item["verdict"] in report["summary"]
+        assert item["gate_class"] in GATE_CLASSES and item["verdict"] in report["summary"]
         assert isinstance(item["evidence"], dict) and isinstance(item["affects"], list)
         assert isinstance(item["subject"], str) and isinstance(item["message"], str)
     keys = [(item["audit"], item["subject"]) for item in report["verdicts"]]

@@ -9,9 +9,9 @@ import pytest
 from PIL import Image
 from science_support import digit_png
 
-from runaudit.fixtures.hamming import brute_force, neighbours, plan, popcount
-from runaudit.fixtures.perceptual_hash import phash64, phash_file
-from runaudit.fixtures.statistics import (
+from runaudit.hamming import brute_force, neighbours, plan, popcount
+from runaudit.perceptual_hash import phash64, phash_file
+from runaudit.statistics import (
     ItemScores,
     decimals_supported,
     minimum_detectable_effect,
@@ -38,7 +38,7 @@ def test_multi_index_search_finds_exactly_the_brute_force_pairs(radius: int) -> 
 
 
 def test_search_in_small_probe_blocks_finds_the_same_pairs(monkeypatch: pytest.MonkeyPatch) -> None:
-    from runaudit.fixtures import hamming
+    from runaudit import hamming
 
     rng = np.random.default_rng(7)
     reference = rng.integers(0, 2**64, size=2000, dtype=np.uint64, endpoint=False)

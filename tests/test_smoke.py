@@ -41,7 +41,7 @@ import pytest
 import torch
 from torch import nn
 
-from runaudit.fixtures.adapter import Batch, InputPaths, Training
+from runaudit.adapter import Batch, InputPaths, Training
 
 CLASSES, FEATURES, MEAN, STD = 4, 16, 100.0, 20.0
 CENTRES = np.random.default_rng(0).normal(0.0, 1.0, (CLASSES, FEATURES))

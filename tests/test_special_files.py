@@ -22,15 +22,15 @@ from typing import Any
 import pytest
 from bounded import run_bounded
 
+from runaudit.checkpoints import CheckpointRefused, inspect
 from runaudit.examples.digits.build import DEMO_RUN_ID
-from runaudit.fixtures.checkpoints import CheckpointRefused, inspect
-from runaudit.fixtures.reader import CapsuleReader, Unavailable
-from runaudit.fixtures.resolve import Location, Root
-from runaudit.fixtures.run import Run
 from runaudit.manifest import MANIFEST, RECEIPT
+from runaudit.reader import CapsuleReader, Unavailable
 from runaudit.reports import facts
 from runaudit.reports.document import report_stem
 from runaudit.reports.history import read_history
+from runaudit.resolve import Location, Root
+from runaudit.run import Run
 
 SESSION_DEADLINE_S = 180  # a demo session takes seconds; a hang is caught well within this
 MEMORY_CEILING = 3 << 30  # bytes of address space: a child reading /dev/zero dies with MemoryError here

@@ -16,10 +16,10 @@ import pytest
 from runaudit import manifest as manifests
 from runaudit.cli import main
 from runaudit.examples.digits.build import DEMO_RUN_ID
-from runaudit.fixtures.completeness import custody_audits, expected_custody
-from runaudit.fixtures.resolve import Location, Root
-from runaudit.fixtures.run import Run
+from runaudit.fixtures.subjects import custody_audits, expected_custody
 from runaudit.receipts import receipt_status
+from runaudit.resolve import Location, Root
+from runaudit.run import Run
 
 RECEIPT = manifests.RECEIPT
 

@@ -26,9 +26,9 @@ from pathlib import Path
 
 import pytest
 
+from runaudit.catalog import AUDITS_DIR
 from runaudit.cli import main
 from runaudit.examples.digits.build import DEMO_RUN_ID
-from runaudit.fixtures.verdicts import AUDITS_DIR
 from runaudit.hashing import PROGRESS_FROM
 from runaudit.manifest import MANIFEST, pulls_dir
 

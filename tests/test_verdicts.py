@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 
 from runaudit.examples.digits.build import DEMO_RUN_ID
-from runaudit.fixtures.run import Run, freeze
 from runaudit.fixtures.verdicts import PROPERTY, AuditRecorder, settle, status_of
 from runaudit.reports.document import custody_ok
+from runaudit.run import Run, freeze
 
 NODE = "audits/test_history.py::test_loss_bound"
 
@@ -75,7 +75,7 @@ def test_a_disclosure_passes_with_its_own_status_word() -> None:
     report = settled(record, disclose(AuditRecorder(record, declaring_run())))
     assert report.passed and record["verdict"] == "disclosed"
     assert record["affects"] == ["test/main:accuracy"]
-    assert status_of(report) == ("disclosed", "D", "DISCLOSED")
+    assert status_of(report) == ("disclosed", "D", ("DISCLOSED", {"yellow": True}))
 
 
 def test_strict_turns_a_disclosure_into_a_failure() -> None:
@@ -101,7 +101,7 @@ def test_not_run_is_a_skip_that_strict_fails(strict: bool) -> None:
     )
     assert record["verdict"] == "not_run" and record["message"] == "train.csv has no grad_norm"
     assert report.failed is strict
-    assert status_of(report) == (None if strict else ("not run", "n", "NOT RUN"))
+    assert status_of(report) == (None if strict else ("not run", "n", ("NOT RUN", {"yellow": True})))
 
 
 def test_not_applicable_is_never_escalated() -> None:
@@ -137,7 +137,7 @@ def test_a_crash_inside_an_audit_is_error_not_failed() -> None:
     report = settled(record, lambda: 1 / 0)
     assert report.failed and record["verdict"] == "error"
     assert record["message"] == "ZeroDivisionError: division by zero"
-    assert status_of(report) == ("error", "E", "ERROR")
+    assert status_of(report) == ("error", "E", ("ERROR", {"red": True}))
 
 
 def test_a_fixture_crash_in_setup_is_error() -> None:

@@ -10,10 +10,10 @@ from pathlib import Path, PurePosixPath
 
 import pytest
 
-from runaudit.runners import RunnerError
 from runaudit.runners.box import Box
 from runaudit.runners.ssh import Endpoint
 from runaudit.runners.watch import classify, parse_signals, probe_command
+from runaudit.usage import Refusal
 
 RUN = "r1"
 
@@ -60,7 +60,7 @@ def look(box: Box, **classify_args: float) -> tuple[str, str]:
 
 
 def test_no_launch_record_is_a_refusal_not_a_state(box: Box) -> None:
-    with pytest.raises(RunnerError, match="no launch record"):
+    with pytest.raises(Refusal, match="no launch record"):
         look(box)
 
 

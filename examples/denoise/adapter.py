@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 import torch
 
+from runaudit.adapter import Batch, InputPaths
 from runaudit.examples.denoise.evaluate import denoise, noisy_inputs
 from runaudit.examples.denoise.train import DEFAULT_CONFIG, DenoiseTrainer, clean_images, reconstruction_loss
-from runaudit.fixtures.adapter import Batch, InputPaths
 
 CONFIG = DEFAULT_CONFIG
 SIGMA, EVAL_SEED = CONFIG["train"]["sigma"], CONFIG["eval"]["noise_seed"]

@@ -26,4 +26,4 @@ def psnr(estimate: torch.Tensor, clean: torch.Tensor) -> torch.Tensor:
 
 
 def mean_psnr(model: nn.Module, clean: torch.Tensor, sigma: float, *, seed: int) -> float:
-    return psnr(denoise(model, noisy_inputs(clean, sigma, seed=seed)), clean).mean().item()
+    return float(psnr(denoise(model, noisy_inputs(clean, sigma, seed=seed)), clean).mean().item())

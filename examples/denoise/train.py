@@ -74,7 +74,7 @@ class DenoiseTrainer:
         self.optimizer.step()
         self.scheduler.step()
         self.step += 1
-        return loss.item()
+        return float(loss.item())
 
     def state_dict(self) -> dict[str, Any]:
         return {

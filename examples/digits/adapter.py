@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 import torch
 
+from runaudit.adapter import Batch, InputPaths, Training
 from runaudit.examples.digits import data as digits_data
 from runaudit.examples.digits.build import produce
 from runaudit.examples.digits.evaluate import condition_inputs, predict
@@ -29,7 +30,6 @@ from runaudit.examples.digits.train import (
     training_loss,
     training_state,
 )
-from runaudit.fixtures.adapter import Batch, InputPaths, Training
 
 CONFIG = DEFAULT_CONFIG
 TRAIN_BATCH, EVAL_BATCH, PARITY_SAMPLES, PROBE_ITEMS = 16, 64, 8, 600
@@ -138,10 +138,13 @@ def smoke_input_paths(digits: tuple[digits_data.Digits, dict[str, np.ndarray]]) 
     dataset, split = digits
 
     def trained(index: int) -> np.ndarray:
-        return dataset.inputs(np.array([index]))[0]
+        item: np.ndarray = dataset.inputs(np.array([index]))[0]
+        return item
 
     def scored(index: int) -> np.ndarray:
-        return condition_inputs(dataset.inputs(np.array([index])), 0.0, np.random.default_rng(0))[0]
+        conditioned = condition_inputs(dataset.inputs(np.array([index])), 0.0, np.random.default_rng(0))
+        item: np.ndarray = conditioned[0]
+        return item
 
     return InputPaths(
         raw=[int(index) for index in split["test"][:PARITY_SAMPLES]], train=trained, eval=scored
@@ -158,4 +161,7 @@ def smoke_probe_data(digits: tuple[digits_data.Digits, dict[str, np.ndarray]]) -
 
 @pytest.fixture(scope="session")
 def smoke_capsule() -> Callable[[Path, str], None]:
-    return lambda root, run_id: produce(root, run_id, tiny_config(), log=lambda line: None)
+    def write(root: Path, run_id: str) -> None:
+        produce(root, run_id, tiny_config(), log=lambda line: None)
+
+    return write

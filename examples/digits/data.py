@@ -1,4 +1,4 @@
-"""The digits dataset, its stratified train/val/test split and the split manifest (capsule.md §8)."""
+"""The digits dataset, its stratified train/val/test split and the split manifest (docs/capsule.md §8)."""
 
 from __future__ import annotations
 
@@ -30,7 +30,8 @@ class Digits:
 
     def inputs(self, indices: np.ndarray) -> np.ndarray:
         """Model inputs in [0, 1], shape (n, 1, 8, 8), float32."""
-        return (self.images[indices].astype(np.float32) / 16.0)[:, None]
+        inputs: np.ndarray = (self.images[indices].astype(np.float32) / 16.0)[:, None]
+        return inputs
 
 
 def load() -> Digits:
@@ -72,7 +73,7 @@ def write_split_manifest(path: Path, data: Digits, split: dict[str, np.ndarray])
     from PIL import Image
 
     from runaudit.atomic import write_atomic
-    from runaudit.fixtures.perceptual_hash import phash64
+    from runaudit.perceptual_hash import phash64
 
     rows = sorted((int(index), name) for name, indices in split.items() for index in indices)
     table = pa.table(

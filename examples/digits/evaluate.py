@@ -24,7 +24,7 @@ from runaudit.examples.digits.model import build
 
 TEST_ID = "main"
 ROLES = ("input", "prediction")
-METRICS = (
+METRICS: tuple[dict[str, Any], ...] = (
     {"name": "accuracy", "direction": "higher", "aggregation": "mean", "precision": 4},
     {"name": "cross_entropy", "direction": "lower", "aggregation": "mean", "precision": 4},
 )

@@ -157,7 +157,7 @@ def restore_training(
     scheduler: torch.optim.lr_scheduler.LRScheduler,
 ) -> dict[str, Any]:
     """Load ``path`` (weights only) into the objects and the RNG; returns the whole saved state."""
-    state = torch.load(path, weights_only=True)
+    state: dict[str, Any] = torch.load(path, weights_only=True)
     model.load_state_dict(state["model"])
     optimizer.load_state_dict(state["optimizer"])
     scheduler.load_state_dict(state["scheduler"])

@@ -10,7 +10,7 @@ import pytest
 from sshbox import SshBox
 
 from runaudit.cli import main
-from runaudit.runners.profiles import builtin_dir
+from runaudit.platforms import builtin_dir
 from runaudit.runners.watch import watch
 
 SECRET = "s3cr3t-value-never-in-argv"

@@ -14,17 +14,16 @@ from __future__ import annotations
 
 import copy
 import datetime as dt
-import functools
-import json
 import re
 import tomllib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
-from runaudit.runners import RunnerError
+from runaudit.schema import Problem, most_relevant, validator
+from runaudit.usage import Refusal
 
 SCHEMA_VERSION = "runaudit.profile/1"
 MEASURE_LIVE = frozenset({"host dependent", "unknown"})
@@ -36,7 +35,7 @@ MERGED_TABLES = ("facts", "overrides", "network", "detach", "env")
 NO_ACTION = frozenset({"n/a", PER_MEMBER})
 
 
-class ProfileError(RunnerError):
+class ProfileError(Refusal):
     """A profile that cannot be used; the message names the file and the field."""
 
 
@@ -97,7 +96,8 @@ class Action:
         if not self.applicable:
             return f"meter stop: {self.verb}"
         deleted = ", ".join(self.deletes) if self.deletes else "nothing"
-        undo = {True: "reversible", False: "IRREVERSIBLE"}.get(self.reversible, str(self.reversible))
+        labels: dict[bool | str, str] = {True: "reversible", False: "IRREVERSIBLE"}
+        undo = labels.get(self.reversible, str(self.reversible))
         how = f" ({self.how})" if self.how else ""
         return f"{self.verb}{how}: stops {', '.join(self.stops) or 'nothing'}; deletes {deleted}; {undo}"
 
@@ -131,7 +131,7 @@ class Profile:
     # -- plain fields -----------------------------------------------------------------------------
     @property
     def platform(self) -> str:
-        return self.document["platform"]
+        return cast(str, self.document["platform"])  # the profile schema holds each field to its type
 
     @property
     def member(self) -> str | None:
@@ -139,23 +139,23 @@ class Profile:
 
     @property
     def kind(self) -> str:
-        return self.document["kind"]
+        return cast(str, self.document["kind"])
 
     @property
     def trust(self) -> str:
-        return self.document["trust"]
+        return cast(str, self.document["trust"])
 
     @property
     def display_name(self) -> str:
-        return self.document["display_name"]
+        return cast(str, self.document["display_name"])
 
     @property
     def summary(self) -> str:
-        return self.document.get("summary", "")
+        return cast(str, self.document.get("summary", ""))
 
     @property
     def facts(self) -> Mapping[str, Any]:
-        return self.document["facts"]
+        return cast(Mapping[str, Any], self.document["facts"])
 
     @property
     def members(self) -> tuple[str, ...]:
@@ -183,15 +183,15 @@ class Profile:
 
     @property
     def detach(self) -> Mapping[str, Any]:
-        return self.document["detach"]
+        return cast(Mapping[str, Any], self.document["detach"])
 
     @property
     def env(self) -> Mapping[str, Any]:
-        return self.document["env"]
+        return cast(Mapping[str, Any], self.document["env"])
 
     @property
     def network(self) -> Mapping[str, Any]:
-        return self.document.get("network", {})
+        return cast(Mapping[str, Any], self.document.get("network", {}))
 
     @property
     def stamps(self) -> tuple[Stamp, ...]:
@@ -214,7 +214,11 @@ class Profile:
 
     def with_overrides(self, overrides: Mapping[str, str]) -> Profile:
         """The same profile with the user's overrides on top; ``NAME=`` explicitly disables NAME."""
-        allowed = set(_schema()["$defs"]["body"]["properties"]["overrides"]["properties"])
+        allowed = set(
+            validator("runaudit.profiles", "profile.schema.json").schema["$defs"]["body"]["properties"][
+                "overrides"
+            ]["properties"]
+        )
         unknown = sorted(set(overrides) - allowed)
         if unknown:
             raise ProfileError(
@@ -254,47 +258,22 @@ class Profile:
 # -- loading ---------------------------------------------------------------------------------------
 
 
-@functools.cache
-def _schema() -> dict[str, Any]:
-    return json.loads(builtin_dir().joinpath("profile.schema.json").read_text(encoding="utf-8"))
-
-
-@functools.cache
-def _validator() -> Any:
-    from jsonschema import Draft202012Validator
-
-    return Draft202012Validator(_schema())
-
-
-def _field(path: Iterable[Any]) -> str:
-    text = ""
-    for part in path:
-        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
-    return text or "<top level>"
-
-
 def _schema_problem(document: Any) -> str | None:
-    errors = sorted(_validator().iter_errors(document), key=lambda error: [str(p) for p in error.path])
-    # A field that fails its own rule also counts as "unevaluated" at the top; report the real rule.
-    errors = [error for error in errors if error.validator != "unevaluatedProperties"] or errors
-    if not errors:
+    checker = validator("runaudit.profiles", "profile.schema.json")
+    problem, count = most_relevant(checker, document)
+    if problem is None:
         return None
-    error = errors[0]
-    where = list(error.absolute_path)
-    message = error.message
-    unexpected = re.findall(r"'([^']+)' (?:was|were) unexpected", message)
-    if error.validator in ("additionalProperties", "unevaluatedProperties") and unexpected:
-        where.append(unexpected[0])
-        message = "unknown field (not in runaudit.profile/1)"
-    elif error.validator == "required":
-        missing = re.match(r"'([^']+)' is a required property", message)
-        if missing:
-            where.append(missing.group(1))
-            message = "required field is missing"
-    if len(message) > 160:
-        message = message[:157] + "..."
-    more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
-    return f"{_field(where)}: {message}{more}"
+    if problem.extra:
+        where, message = (
+            Problem((*problem.path, problem.extra[0]), ""),
+            f"unknown field (not in {SCHEMA_VERSION})",
+        )
+    elif problem.missing:
+        where, message = Problem((*problem.path, problem.missing[0]), ""), "required field is missing"
+    else:
+        where, message = problem, problem.message
+    more = f" (and {count - 1} more)" if count > 1 else ""
+    return f"{where.field}: {message}{more}"
 
 
 def _cross_field_problem(document: Mapping[str, Any], prefix: str) -> str | None:

@@ -1,0 +1,159 @@
+"""The verdict vocabulary (docs/audits.md, "Verdicts"): one enum that knows what each verdict means.
+
+Every part that judges verdicts asks this module: the pytest plugin settling an outcome, the report
+deciding whether custody holds and what rides with a conclusion, the report index ranking runs, the
+runners reading a finished session. A verdict *holds* when the evidence was checked and stands
+(``passed``) or the run declares the audit does not apply (``not_applicable``); it is *broken* when a
+gate found a violation or the audit itself crashed; it *rides* with the conclusions it affects when it
+must be shown beside them (``disclosed``, ``not_run``, ``error``).
+
+Also here: the gate classes an audit belongs to, and the two rules that make any value safe to write
+into a report (:func:`printable`, :func:`jsonable`).
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from collections.abc import Mapping
+from pathlib import PurePath
+from typing import Any
+
+# The gate class of an audit (its pytest marker): the teardown gate, the science probes, the pre-launch
+# smoke checks of the user's code, and the checks of a live box. Not to be confused with the audit module
+# an audit lives in (``audits/test_capsule.py`` holds capsule audits of the custody class).
+GATE_CLASSES = ("custody", "science", "smoke", "preflight")
+
+
+class Verdict(enum.StrEnum):
+    """What an audit concluded. Members compare equal to their strings, as the JSON report holds them."""
+
+    PASSED = "passed"
+    FAILED = "failed"
+    DISCLOSED = "disclosed"
+    NOT_APPLICABLE = "not_applicable"
+    NOT_RUN = "not_run"
+    ERROR = "error"
+
+    @property
+    def holds(self) -> bool:
+        """Checked and standing, or declared not to apply: nothing needs to ride with a conclusion."""
+        return self in _HOLDS
+
+    @property
+    def broken(self) -> bool:
+        """A violation found, or an audit that could not finish: a gate with one never passes."""
+        return self in (Verdict.FAILED, Verdict.ERROR)
+
+    @property
+    def rides(self) -> bool:
+        """Shown beside the conclusions it affects: a disclosure, an audit that did not run, a crash."""
+        return self in (Verdict.DISCLOSED, Verdict.NOT_RUN, Verdict.ERROR)
+
+    @property
+    def measured(self) -> bool:
+        """The audit looked at evidence (not ``not_run``, not ``not_applicable``)."""
+        return self not in (Verdict.NOT_RUN, Verdict.NOT_APPLICABLE)
+
+    @property
+    def strict_fails(self) -> bool:
+        """pytest's ``--strict`` turns this verdict into a failure (user declarations are exempt)."""
+        return self in (Verdict.DISCLOSED, Verdict.NOT_RUN)
+
+    @property
+    def rank(self) -> int:
+        """Severity, for showing the worst of several verdicts: not_applicable lowest, error highest."""
+        return _RANK.index(self) + 1
+
+    @property
+    def mark(self) -> str:
+        """One character for tables too narrow for the word."""
+        return _MARKS[self]
+
+
+_HOLDS = frozenset({Verdict.PASSED, Verdict.NOT_APPLICABLE})
+_RANK = (
+    Verdict.NOT_APPLICABLE,
+    Verdict.PASSED,
+    Verdict.DISCLOSED,
+    Verdict.NOT_RUN,
+    Verdict.FAILED,
+    Verdict.ERROR,
+)
+_MARKS = {
+    Verdict.NOT_APPLICABLE: "·",
+    Verdict.PASSED: "✓",
+    Verdict.DISCLOSED: "D",
+    Verdict.NOT_RUN: "N",
+    Verdict.FAILED: "✗",
+    Verdict.ERROR: "E",
+}
+
+
+def verdict_of(value: object) -> Verdict | None:
+    """The verdict a report's string names, or None for anything else (a report read from disk)."""
+    if not isinstance(value, str):
+        return None
+    try:
+        return Verdict(value)
+    except ValueError:
+        return None
+
+
+def holds(value: object) -> bool:
+    """Whether a verdict string from a report holds; an unknown string never does."""
+    verdict = verdict_of(value)
+    return verdict is not None and verdict.holds
+
+
+# Evidence deeper than this is cut (the cut is named in its place): it crosses xdist, is written with
+# ``json.dumps`` and drawn by the page, each of which recurses per level. Evidence nests a few levels.
+EVIDENCE_DEPTH = 32
+
+
+def printable(text: str) -> str:
+    """``text`` as valid UTF-8 that still says what it held: undecodable bytes and lone surrogates escaped.
+
+    File names from a box are bytes: Python hands a non-UTF-8 name over as surrogate escapes
+    (``b"bad\\xff"`` -> ``"bad\\udcff"``), and a JSON string may carry a lone ``"\\ud800"``. Neither can be
+    encoded as UTF-8, so a message, the JSON report or the page holding one would fail to be written.
+    The name is shown as its bytes would be (``bad\\xff``), any other lone surrogate as ``\\ud800``.
+    """
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        pass
+    try:
+        return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    except UnicodeEncodeError:  # a surrogate that no undecodable byte explains
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def jsonable(value: Any, depth: int = EVIDENCE_DEPTH) -> Any:
+    """Evidence as plain JSON values: it crosses xdist and lands in the report verbatim.
+
+    Strings (and keys) become :func:`printable`; containers deeper than ``depth`` become one line saying
+    so, so that no value a box supplied can make the report writer recurse without bound.
+    """
+    if isinstance(value, (Mapping, list, tuple, set, frozenset)) and depth <= 0:
+        return f"<a {type(value).__name__} nested too deeply to show>"
+    if isinstance(value, Mapping):
+        return {printable(str(key)): jsonable(item, depth - 1) for key, item in value.items()}
+    if isinstance(value, (list, tuple, set, frozenset)):
+        items = [jsonable(item, depth - 1) for item in value]
+        return sorted(items, key=str) if isinstance(value, (set, frozenset)) else items
+    if isinstance(value, PurePath):
+        return printable(value.as_posix())
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if value is None:
+        return None
+    if isinstance(value, str):
+        return printable(str(value))  # str(): numpy.str_ is a subclass
+    for plain in (bool, int, float):  # exact builtins: numpy.float64 is a subclass
+        if isinstance(value, plain):
+            return plain(value)
+    if hasattr(value, "item"):  # numpy scalars
+        return jsonable(value.item(), depth)
+    return printable(str(value))
