@@ -6,9 +6,9 @@ the whole group is killed and the test fails with the tail of what the child pri
 
 :func:`run_bounded` starts a fresh interpreter per child. :class:`SessionForker` does the same for
 ``python -m pytest`` sessions at a fraction of the cost: a warm server process imports pytest and the heavy
-third-party libraries once and forks one child per session (the approach of ``runners/suite.py``), so a
-session pays for its own audits, not for starting Python and importing torch again (about 4 of a
-session's 8 s on the 2-core development machine).
+third-party libraries once and forks one child per session (the approach of ``runners/suite.py``). On the
+2-core development machine a demo session then takes ~2.5 s of CPU instead of ~8 s: it no longer starts
+Python, imports torch and the rest (~4 s), nor walks their objects in every garbage collection (~1 s).
 """
 
 from __future__ import annotations
@@ -35,8 +35,8 @@ import pytest
 
 # Third-party modules a demo session imports that cost most (torch ~2.5 s, matplotlib ~0.8 s, scipy.special
 # ~0.3 s), imported once in the server and shared copy-on-write by every session forked from it. runaudit's
-# own modules are left out on purpose: each session imports them itself, so pytest registers and rewrites
-# its plugins and audit modules exactly as in a user's session (and the server never holds a stale copy).
+# own modules (~0.1 s) are left out on purpose: each session imports them itself, so pytest registers and
+# rewrites its plugins and audit modules exactly as in a user's session, and no session runs a stale copy.
 WARM_IMPORTS = (
     "pytest",
     "torch",
@@ -102,14 +102,15 @@ class SessionForker:
 
     The server is a process of its own (``python bounded.py``), not the test process: a pytest worker has
     threads (xdist's) and a running pytest session of its own, neither of which a session may inherit. The
-    server is single-threaded apart from the idle pools of numpy's BLAS and pyarrow's allocator, which
-    keep fork handlers, as ``runners/suite.py`` relies on. It forks on request and reports the child's
+    server runs no Python thread; the idle native pools of numpy's and scipy's BLAS and pyarrow's allocator
+    have fork handlers, as ``runners/suite.py`` relies on. It forks on request and reports the child's
     pid and then its exit status; the deadline is enforced here, as in :func:`run_bounded`, by killing the
-    child's process group. What a fresh interpreter would read at start-up is set again in the child: the
-    environment (with ``TMPDIR``, which :mod:`tempfile` caches), working folder, ``sys.argv``,
-    ``sys.path[0]`` and the ``__main__`` module (the child runs ``pytest`` through :mod:`runpy`, as
-    ``-m`` does), standard streams and the memory ceiling; the child exits through the interpreter's
-    normal shutdown, so exit handlers and the warnings they print are a fresh session's too.
+    child's process group. What a fresh interpreter would set up at start-up is set again in the child:
+    the environment (with ``TMPDIR``, which :mod:`tempfile` caches), numpy's global seed, the working
+    folder, ``sys.argv``, ``sys.path[0]`` and the ``__main__`` module (the child runs ``pytest`` through
+    :mod:`runpy`, as ``-m`` does), standard streams and the memory ceiling. The child exits through the
+    interpreter's normal shutdown (not ``os._exit``, which would save ~0.3 s a session), so thread joins,
+    exit handlers and whatever finalizers print are a fresh session's too: the output is checked for them.
 
     ``env`` is the server's own environment and should be a session's, except that its ``TMPDIR`` is a
     folder of the server's (:attr:`temp`): anything a warm import resolved from it stays pointed there,
@@ -165,7 +166,7 @@ class SessionForker:
         what: str,
         env: Mapping[str, str],
     ) -> int:
-        """``python -m pytest <args>`` as :func:`run_bounded` would run it: its exit status, or a failed test."""
+        """``python -m pytest <args>`` bounded like :func:`run_bounded`: its status, or a failed test."""
         if _startup(env) != self._startup:
             raise ValueError(f"{what}: only a fresh interpreter reads {_startup(env)}, not {self._startup}")
         request = {"args": list(args), "cwd": str(cwd), "log": str(log), "memory_bytes": memory_bytes}
@@ -213,7 +214,7 @@ def _kill_group(pid: int) -> None:
 
 
 def _startup(env: Mapping[str, str]) -> dict[str, str]:
-    """The variables an interpreter reads only as it starts (paths, I/O, locale): a fork cannot change them."""
+    """Variables an interpreter reads only as it starts (paths, I/O, locale): a fork keeps the server's."""
     return {name: value for name, value in env.items() if name.startswith(("PYTHON", "LC_", "LANG"))}
 
 
@@ -232,6 +233,8 @@ def _session(request: dict[str, Any]) -> None:
     os.environ.clear()
     os.environ.update(request["env"])
     tempfile.tempdir = None  # read from TMPDIR again on first use
+    if (numpy := sys.modules.get("numpy")) is not None:
+        numpy.random.seed()  # fresh entropy, as its import draws (``random`` reseeds itself in a fork)
     sys.path[0] = os.getcwd()  # what ``-m`` puts first (the server's is this file's folder)
     sys.argv = ["pytest", *request["args"]]  # runpy sets argv[0] to pytest/__main__.py, as ``-m`` does
     runpy.run_module("pytest", run_name="__main__", alter_sys=True)  # raises SystemExit(status)

@@ -116,9 +116,30 @@ SLOW_MODULES = frozenset(
         "test_science_demo.py",
     }
 )
+# Modules of end-to-end tests that seed defects into the demo project and run whole audit sessions on it
+# (pytester), or train and index beyond it: 3-30 s a test, about 450 of the inner loop's 800 worker-seconds.
+# Only their tests that need the demo project or pytester are slow; the few in-process unit tests among
+# them (neither fixture) stay in the inner loop.
+DEMO_SESSION_MODULES = frozenset(
+    {
+        "test_capsule_defects.py",
+        "test_collapse.py",
+        "test_custody_audits.py",
+        "test_history.py",
+        "test_leakage.py",
+    }
+)
+END_TO_END_FIXTURES = frozenset({"demo_project", "pytester"})
+
+
+def _slow(item: pytest.Item) -> bool:
+    if item.path.name in SLOW_MODULES or item.path.parent.name == "box":
+        return True
+    fixtures = getattr(item, "fixturenames", ())
+    return item.path.name in DEMO_SESSION_MODULES and not END_TO_END_FIXTURES.isdisjoint(fixtures)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
-        if item.path.name in SLOW_MODULES or item.path.parent.name == "box":
+        if _slow(item):
             item.add_marker(pytest.mark.slow)

@@ -21,9 +21,10 @@ folders as a fresh ``python -m pytest``, at about a third of the cost. For every
   file; its folders may appear with it. Anything else that changes is a failure.
 
 Deadlines: a full demo session takes 5-10 s on the 2-core development machine (2-3 s forked warm), 20 s
-when it is shared. 60 s is the default (a hang, or a walk exponential in the input, is caught; a loaded machine is not taken
-for one). A session that meets a deep recursion prints its long traceback-free report in ~20 s: 60 s
-holds. The 5M-row table gets 180 s: pyarrow reads ~100 MB and several audits scan every row once.
+when it is shared. 60 s is the default (a hang, or a walk exponential in the input, is caught; a loaded
+machine is not taken for one). A session that meets a deep recursion prints its long traceback-free
+report in ~20 s: 60 s holds. The 5M-row table gets 180 s: pyarrow reads ~100 MB and several audits scan
+every row once.
 """
 
 from __future__ import annotations
