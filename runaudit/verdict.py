@@ -90,22 +90,6 @@ _MARKS = {
 }
 
 
-def verdict_of(value: object) -> Verdict | None:
-    """The verdict a report's string names, or None for anything else (a report read from disk)."""
-    if not isinstance(value, str):
-        return None
-    try:
-        return Verdict(value)
-    except ValueError:
-        return None
-
-
-def holds(value: object) -> bool:
-    """Whether a verdict string from a report holds; an unknown string never does."""
-    verdict = verdict_of(value)
-    return verdict is not None and verdict.holds
-
-
 # Evidence deeper than this is cut (the cut is named in its place): it crosses xdist, is written with
 # ``json.dumps`` and drawn by the page, each of which recurses per level. Evidence nests a few levels.
 EVIDENCE_DEPTH = 32
