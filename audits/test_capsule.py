@@ -5,13 +5,13 @@ Each defect is reported by one audit: the file's owner fails, every audit that n
 
 from __future__ import annotations
 
-import math
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 import pytest
 
+from runaudit.capsule import CHECKPOINT_FILES, checkpoint_file
 from runaudit.fixtures.verdicts import AuditRecorder
 from runaudit.ids import casefold_collisions, duplicates, is_safe_id
 from runaudit.reader import CapsuleReader
@@ -39,14 +39,6 @@ def _objects(value: Any) -> list[dict[str, Any]]:
     return [item for item in value if isinstance(item, dict)] if isinstance(value, list) else []
 
 
-def _declared(audit: AuditRecorder, run: Run, test: DeclaredTest | None) -> DeclaredTest:
-    if run.declared is None:
-        audit.not_run(f"run.json is unreadable (reported by capsule.run_json_schema): {run.problem}")
-    if test is None:
-        audit.not_run(f"run {run.run_id} declares no tests (reported by capsule.tests_declared)")
-    return test
-
-
 def _declared_checkpoint_sha(run: Run) -> str | None:
     if run.kind == "hardware":
         binding = run.get("model_run")
@@ -61,8 +53,8 @@ def _declared_checkpoint_sha(run: Run) -> str | None:
 
 def test_required_paths(run: Run, capsule: CapsuleReader, audit: AuditRecorder, required_path: str) -> None:
     """Each required path exists with its type, else fails: ``run.json`` (and in a software capsule
-    ``config.yaml``, ``train.csv``, ``best.pth``), the ``test/`` folder, and per declared test
-    ``metrics.json``, ``results.parquet`` and the ``vis/`` folder.
+    ``config.yaml``, ``train.csv``, ``best.pth`` or ``best.safetensors``), the ``test/`` folder, and per
+    declared test ``metrics.json``, ``results.parquet`` and the ``vis/`` folder.
     """
     expected = "dir" if required_path == "test" or required_path.endswith("/vis") else "file"
     entries = capsule.inventory.entries
@@ -72,7 +64,9 @@ def test_required_paths(run: Run, capsule: CapsuleReader, audit: AuditRecorder, 
         audit.not_run(f"{folder}/ is absent, so {required_path} is not checked (reported by {owner})")
     entry = entries.get(required_path)
     if entry is None:
-        audit.fail(f"run {run.run_id}: {required_path} is missing; a sealed {run.kind} capsule requires it")
+        role = required_path.rsplit(".", 1)[0]
+        named = checkpoint_file(role, ()).alternatives if required_path in CHECKPOINT_FILES else required_path
+        audit.fail(f"run {run.run_id}: {named} is missing; a sealed {run.kind} capsule requires it")
     audit.require(
         entry.kind == expected,
         f"run {run.run_id}: {required_path} is a {entry.kind}, expected a regular {expected}",
@@ -94,17 +88,18 @@ def test_forbidden_paths(run: Run, capsule: CapsuleReader, audit: AuditRecorder)
 
 
 def test_closed_world(run: Run, capsule: CapsuleReader, audit: AuditRecorder) -> None:
-    """Every path in the capsule belongs to its grammar (docs/capsule.md §2); any stray file or folder fails.
+    """Every path in the capsule belongs to its grammar (docs/capsule.md §2); any stray file or folder fails,
+    and so does a checkpoint role held in two formats (``best.pth`` beside ``best.safetensors``).
 
     Files under an undeclared test folder are left to ``capsule.tests_declared``, forbidden paths to
     ``capsule.forbidden_paths``, so each defect is reported once.
     """
     stray = capsule.inventory.stray
-    audit.evidence(stray=list(stray))
-    audit.require(
-        not stray,
-        f"run {run.run_id}: {len(stray)} path(s) outside the capsule grammar: {_examples(stray)}",
-    )
+    ambiguous = [" and ".join(checkpoint.found) for checkpoint in capsule.inventory.ambiguous]
+    audit.evidence(stray=list(stray), ambiguous_checkpoints=ambiguous)
+    problems = [f"{len(stray)} path(s) outside the capsule grammar: {_examples(stray)}"] if stray else []
+    problems += [f"{pair} both present: a capsule holds one checkpoint format per role" for pair in ambiguous]
+    audit.require(not problems, f"run {run.run_id}: {'; '.join(problems)}")
 
 
 def test_ids(run: Run, capsule: CapsuleReader, audit: AuditRecorder) -> None:
@@ -283,7 +278,7 @@ def test_metrics_schema(
     ``n_test``, protocol, ground-truth branch, checkpoint hash) and the protocol (one row per declared
     metric × condition, with the protocol's direction, aggregation and precision); any mismatch fails.
     """
-    test = _declared(audit, run, declared_test)
+    test = audit.declared(run, declared_test)
     rel = f"{test.folder}/metrics.json"
     problems = list(audit.need(capsule.metrics_problems, test))
     audit.require(not problems, f"run {run.run_id}: {rel}: {_examples(problems)}", problems=problems)
@@ -337,7 +332,7 @@ def test_results_table(
 
     Every audit that computes on the table reads it only after this contract holds, else says not_run.
     """
-    test = _declared(audit, run, declared_test)
+    test = audit.declared(run, declared_test)
     rel = f"{test.folder}/results.parquet"
     problems = list(audit.need(capsule.results_problems, test))
     audit.evidence(rows=capsule.table_rows(rel), problems=problems)
@@ -377,7 +372,7 @@ def test_selection(
 
     A selection chosen by score shows the model's best cases, not a fair sample of the test set.
     """
-    test = _declared(audit, run, declared_test)
+    test = audit.declared(run, declared_test)
     sid = test.selection_id
     declared = run.selections.get(sid) if sid else None
     if declared is None:
@@ -433,7 +428,7 @@ def test_vis_coverage(
     """The PNGs under the test's ``vis/`` are exactly the declared conditions × roles × selected samples;
     a missing render, an extra one or an extra folder fails.
     """
-    test = _declared(audit, run, declared_test)
+    test = audit.declared(run, declared_test)
     prefix = f"{test.folder}/vis/"
     if getattr(capsule.inventory.entries.get(prefix[:-1]), "kind", None) != "dir":
         audit.not_run(f"{prefix} is absent (reported by capsule.required_paths)")
@@ -475,7 +470,7 @@ def test_vis_decode(
     """Every PNG under the test's ``vis/`` decodes as a PNG of at least 1×1 pixels, and the renders of one
     condition and role share one size; a broken, empty or mixed-size render fails.
     """
-    test = _declared(audit, run, declared_test)
+    test = audit.declared(run, declared_test)
     rels = capsule.inventory.pngs.get(test.test_id, ())
     if not rels:
         audit.not_run(f"test {test.test_id} has no PNGs to decode (reported by capsule.vis_coverage)")
@@ -509,19 +504,6 @@ def test_vis_decode(
     )
 
 
-def _aggregate(aggregation: str, values: Any, numerators: Any, denominators: Any) -> float:
-    """The metric re-derived exactly as the variance audits aggregate it (:mod:`runaudit.statistics`)."""
-    import numpy as np
-
-    from runaudit.statistics import aggregate
-
-    if values.size == 0:
-        return math.nan
-    if aggregation == "sum_ratio":
-        return float(np.sum(numerators) / np.sum(denominators))
-    return float(aggregate(aggregation, values))
-
-
 def test_metrics_rederived(
     run: Run,
     capsule: CapsuleReader,
@@ -535,7 +517,7 @@ def test_metrics_rederived(
     A headline number that does not follow from the per-item results cannot be trusted.
     """
     if declared_metric is None:
-        _declared(audit, run, run.tests[0] if run.tests else None)
+        audit.declared(run, run.tests[0] if run.tests else None)
         if not any(test.metrics_apply for test in run.tests):
             audit.not_applicable("no declared test has applicable metrics (no machine-readable ground truth)")
         audit.not_run(f"run {run.run_id} declares no protocol metrics (reported by capsule.run_json_schema)")
@@ -547,6 +529,8 @@ def test_metrics_rederived(
     document = audit.need(capsule.metrics, test)
     table = audit.need(capsule.results, test)
     import pyarrow.compute as pc
+
+    from runaudit.statistics import headline_value
 
     declared_rows = {row["condition_id"]: row for row in document["metrics"] if row["metric"] == metric.name}
     scored = table.filter(table.column("valid"))
@@ -561,7 +545,7 @@ def test_metrics_rederived(
         values = rows.column(f"m.{metric.name}").to_numpy()
         numerators = rows.column(f"num.{metric.name}").to_numpy() if ratio else values
         denominators = rows.column(f"den.{metric.name}").to_numpy() if ratio else values
-        recomputed = _aggregate(metric.aggregation, values, numerators, denominators)
+        recomputed = headline_value(metric.aggregation, values, numerators, denominators)
         declared_value = row["value"]
         compared[condition] = {"declared": declared_value, "recomputed": recomputed, "n": rows.num_rows}
         if declared_value is None or not abs(declared_value - recomputed) <= tolerance:
@@ -605,7 +589,7 @@ def test_n_scored(
     """``n_scored`` in ``metrics.json`` is 0 exactly when the test's metrics do not apply, and otherwise
     positive and equal to the valid rows of ``results.parquet`` in every declared condition; else fails.
     """
-    test = _declared(audit, run, declared_test)
+    test = audit.declared(run, declared_test)
     problem = _branch_problem(test)
     if problem is not None:
         audit.not_run(f"{problem[0]} (reported by {problem[1]})")
@@ -645,7 +629,7 @@ def test_ground_truth_branch(
     no ground-truth or error role and has a ``prediction`` role (and ``overlay`` for segmentation or
     detection); else fails.
     """
-    test = _declared(audit, run, declared_test)
+    test = audit.declared(run, declared_test)
     where = f"run {run.run_id}: test {test.test_id}"
     problem = _branch_problem(test)
     if problem is not None:

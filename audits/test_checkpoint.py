@@ -1,5 +1,10 @@
 """Checkpoint gate (custody): each declared checkpoint is the bound one, loads safely, holds finite weights
 and descends from the selection its run declares.
+
+A role's checkpoint is ``<role>.pth`` (``torch.load(weights_only=True)``) or ``<role>.safetensors`` (header
+and buffer read without torch or pickle), whichever the capsule holds (:func:`runaudit.capsule.checkpoint_file`).
+A safetensors file holds weights only: its selection lineage is the one ``run.json`` declares, and it carries
+no resume state.
 """
 
 from __future__ import annotations
@@ -10,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from runaudit.capsule import Checkpoint
 from runaudit.fixtures.custody import Custody
 from runaudit.fixtures.verdicts import AuditRecorder
 from runaudit.reader import CapsuleReader
@@ -34,38 +40,48 @@ def _declared(run: Run, role: str | None) -> Mapping[str, Any]:
     return declared if isinstance(declared, Mapping) else {}
 
 
-def _present(run: Run, custody: Custody, audit: AuditRecorder, role: str | None) -> str:
+def _present(run: Run, custody: Custody, audit: AuditRecorder, role: str | None) -> Checkpoint:
+    """The role's checkpoint file, present as a regular file in only one format; else not_run with its owner."""
     if role is None:
         audit.not_applicable(f"run {run.run_id} is a {run.kind} capsule: it binds no checkpoints")
-    name = f"{role}.pth"
-    if f"{run.run_id}/{name}" not in custody.tree.files:
+    checkpoint = custody.checkpoint(role)
+    if checkpoint.ambiguous:
+        audit.not_run(
+            f"run {run.run_id} holds both {' and '.join(checkpoint.found)}: which one run.json binds is "
+            "ambiguous (reported by capsule.closed_world)"
+        )
+    if f"{run.run_id}/{checkpoint.name}" not in custody.tree.files:
         owner = "capsule.required_paths" if role == "best" else "capsule.closed_world"
-        audit.not_run(f"{name} is absent from run {run.run_id} (reported by {owner})")
-    return name
+        named = checkpoint.name if checkpoint.present else checkpoint.alternatives
+        audit.not_run(f"{named} is absent from run {run.run_id} (reported by {owner})")
+    return checkpoint
 
 
-def _inspection(run: Run, custody: Custody, audit: AuditRecorder, role: str | None) -> Any:
+def _inspection(run: Run, custody: Custody, audit: AuditRecorder, role: str | None) -> tuple[str, Any]:
+    """The checkpoint's name and its :class:`~runaudit.checkpoints.Inspection`; not_run if it did not load."""
     from runaudit.checkpoints import CheckpointRefused
 
-    name = _present(run, custody, audit, role)
+    name = _present(run, custody, audit, role).name
     inspection = custody.inspect(name)
     if isinstance(inspection, CheckpointRefused):
         audit.not_run(f"{name} did not load safely (reported by checkpoint.safe_load)")
-    return inspection
+    return name, inspection
 
 
 @custody
 def test_safe_load(run: Run, custody: Custody, audit: AuditRecorder, checkpoint: str | None) -> None:
-    """The checkpoint's SHA-256 equals the one ``run.json`` binds, and it loads with
-    ``torch.load(weights_only=True, mmap=True)`` within 100 levels of nesting and 10,000,000 objects;
-    another hash or a refused load fails.
+    """The checkpoint's SHA-256 equals the one ``run.json`` binds, and it loads: a ``.pth`` with
+    ``torch.load(weights_only=True, mmap=True)`` within 100 levels of nesting and 10,000,000 objects; a
+    ``.safetensors`` without torch or pickle, its header strict JSON of at most 100,000,000 bytes whose
+    tensors have known dtypes, non-negative integer shapes and offsets sized to them that tile the buffer
+    with no overlap, gap or trailing byte. Another hash or a refused load fails.
 
     There is no fallback to full unpickling, which runs arbitrary code; ``--allow-pickle`` opts in
-    explicitly for trusted files and is recorded.
+    explicitly for trusted ``.pth`` files and is recorded.
     """
     from runaudit.checkpoints import CheckpointRefused
 
-    name = _present(run, custody, audit, checkpoint)
+    name = _present(run, custody, audit, checkpoint).name
     digest = custody.hashed(f"{run.run_id}/{name}")
     bound = _declared(run, checkpoint).get("sha256")
     audit.evidence(sha256=digest.sha256, hashed=digest.source, bound=bound)
@@ -77,8 +93,19 @@ def test_safe_load(run: Run, custody: Custody, audit: AuditRecorder, checkpoint:
     inspection = custody.inspect(name)
     if isinstance(inspection, CheckpointRefused):
         audit.fail(f"run {run.run_id}: {inspection}")
-    audit.evidence(tensors=inspection.tensors, numel=inspection.numel, unsafe_load=inspection.unsafe_load)
-    if inspection.unsafe_load:
+    audit.evidence(
+        tensors=inspection.tensors,
+        numel=inspection.numel,
+        unsafe_load=inspection.unsafe_load,
+        format=inspection.format,
+    )
+    if inspection.format == "safetensors":
+        shown = dict(list(inspection.metadata.items())[:20])
+        audit.evidence(metadata={key[:100]: value[:200] for key, value in shown.items()})
+        audit.note(
+            f"{name}: header bounds-checked, {inspection.tensors} tensors memory-mapped; read without torch or pickle"
+        )
+    elif inspection.unsafe_load:
         audit.note(
             f"{name} loaded with full unpickling because --allow-pickle was given (trusted by the user)"
         )
@@ -89,15 +116,15 @@ def test_safe_load(run: Run, custody: Custody, audit: AuditRecorder, checkpoint:
 @custody
 def test_tensors(run: Run, custody: Custody, audit: AuditRecorder, checkpoint: str | None) -> None:
     """The checkpoint holds at least one tensor and a weights mapping (a bare state dict, or one under
-    ``state_dict``, ``model_state_dict``, ``model``, ``ema``, ``model_ema``, ``weights`` or ``net``);
-    else fails.
+    ``state_dict``, ``model_state_dict``, ``model``, ``ema``, ``model_ema``, ``weights`` or ``net``; a
+    safetensors file is a bare state dict); else fails.
     """
-    inspection = _inspection(run, custody, audit, checkpoint)
+    name, inspection = _inspection(run, custody, audit, checkpoint)
     audit.evidence(tensors=inspection.tensors, numel=inspection.numel, top_keys=inspection.top_keys[:50])
-    audit.require(inspection.tensors > 0, f"run {run.run_id}: {checkpoint}.pth holds no tensors at all")
+    audit.require(inspection.tensors > 0, f"run {run.run_id}: {name} holds no tensors at all")
     audit.require(
         inspection.weights_key is not None,
-        f"run {run.run_id}: {checkpoint}.pth holds {inspection.tensors} tensor(s) but no weights mapping "
+        f"run {run.run_id}: {name} holds {inspection.tensors} tensor(s) but no weights mapping "
         f"(a state_dict, or one under model/state_dict/model_state_dict/ema); top-level keys {inspection.top_keys[:8]}",
     )
     audit.note(
@@ -107,12 +134,14 @@ def test_tensors(run: Run, custody: Custody, audit: AuditRecorder, checkpoint: s
 
 @custody
 def test_finite(run: Run, custody: Custody, audit: AuditRecorder, checkpoint: str | None) -> None:
-    """Every floating tensor in the checkpoint is free of NaN and inf; any tensor holding one fails."""
-    inspection = _inspection(run, custody, audit, checkpoint)
+    """Every floating tensor in the checkpoint is free of NaN and inf (in a safetensors file, read from the
+    bit patterns, bf16 and float8 included); any tensor holding one fails.
+    """
+    name, inspection = _inspection(run, custody, audit, checkpoint)
     audit.evidence(nonfinite=inspection.nonfinite[:100])
     audit.require(
         not inspection.nonfinite,
-        f"run {run.run_id}: {checkpoint}.pth has {len(inspection.nonfinite)} floating tensor(s) holding NaN or inf: "
+        f"run {run.run_id}: {name} has {len(inspection.nonfinite)} floating tensor(s) holding NaN or inf: "
         + ", ".join(inspection.nonfinite[:5]),
     )
 
@@ -143,36 +172,59 @@ def _train_csv_best(
 def test_selection(
     run: Run, custody: Custody, capsule: CapsuleReader, audit: AuditRecorder, checkpoint: str | None
 ) -> None:
-    """``best.pth``'s stored epoch, step and selection value equal ``run.json``'s, its epoch is an arg-best of
-    ``val_<metric>`` in ``train.csv`` under the declared ``mode``, and the declared value equals that best
-    (relative tolerance ``1e-9``); any mismatch fails.
+    """The best checkpoint's stored epoch, step and selection value equal ``run.json``'s, its epoch is an
+    arg-best of ``val_<metric>`` in ``train.csv`` under the declared ``mode``, and the declared value equals
+    that best (relative tolerance ``1e-9``); any mismatch fails.
+
+    A ``best.safetensors`` holds weights only: its lineage is the one ``run.json`` declares, replayed against
+    ``train.csv``, and an ``epoch`` or ``step`` in its ``__metadata__`` must agree with it.
     """
     if checkpoint == "last":
-        audit.not_applicable("selection lineage concerns best.pth; last.pth is the final state")
-    inspection = _inspection(run, custody, audit, checkpoint)
+        audit.not_applicable(
+            "selection lineage concerns the best checkpoint; the last one is the final state"
+        )
+    name, inspection = _inspection(run, custody, audit, checkpoint)
     declared = _declared(run, "best")
     selection = declared.get("selection")
     if not isinstance(selection, Mapping) or selection.get("mode") not in ("max", "min"):
         audit.not_run(
             "run.json declares no checkpoints.best.selection with a max/min mode (capsule.run_json_schema)"
         )
-    meta = inspection.meta
-    stored_selection = meta.get("selection") if isinstance(meta.get("selection"), Mapping) else {}
-    stored = {
-        "epoch": meta.get("epoch"),
-        "step": meta.get("step", meta.get("global_step")),
-        "value": stored_selection.get("value", meta.get("value", meta.get("best_value"))),
-    }
+    problems = []
+    if inspection.format == "safetensors":
+        stored = {
+            "epoch": declared.get("epoch"),
+            "step": declared.get("step"),
+            "value": selection.get("value"),
+        }
+        problems += _metadata_disagreements(name, inspection.metadata, declared)
+        source = "run.json"
+    else:
+        meta = inspection.meta
+        stored_selection = meta.get("selection") if isinstance(meta.get("selection"), Mapping) else {}
+        stored = {
+            "epoch": meta.get("epoch"),
+            "step": meta.get("step", meta.get("global_step")),
+            "value": stored_selection.get("value", meta.get("value", meta.get("best_value"))),
+        }
+        source = name
     audit.evidence(
-        checkpoint=stored, run_json={k: declared.get(k) for k in ("epoch", "step")}, selection=dict(selection)
+        checkpoint=stored,
+        lineage_from=source,
+        run_json={k: declared.get(k) for k in ("epoch", "step")},
+        selection=dict(selection),
     )
     if stored["epoch"] is None or stored["step"] is None:
         audit.not_run(
-            "best.pth carries no epoch/step beside its weights: its lineage cannot be checked "
-            "(save epoch and step in the checkpoint)"
+            f"{source} carries no epoch/step for {name}: its lineage cannot be checked "
+            + (
+                "(capsule.run_json_schema)"
+                if source == "run.json"
+                else "(save epoch and step in the checkpoint)"
+            )
         )
-    problems = [
-        f"best.pth says {key} {stored[key]}, run.json says {expected}"
+    problems += [
+        f"{name} says {key} {stored[key]}, run.json says {expected}"
         for key, expected in (
             ("epoch", declared.get("epoch")),
             ("step", declared.get("step")),
@@ -185,11 +237,28 @@ def test_selection(
     if stored["epoch"] not in epochs:
         problems.append(
             f"the {selection['mode']} of val_{selection.get('metric')} in train.csv is {best} at epoch(s) {epochs}, "
-            f"but best.pth is from epoch {stored['epoch']}"
+            f"but {name} is from epoch {stored['epoch']}"
         )
     if not _same(selection.get("value"), best):
         problems.append(f"run.json selection value {selection.get('value')} differs from train.csv's {best}")
-    audit.require(not problems, f"run {run.run_id}: best.pth lineage does not hold: {'; '.join(problems)}")
+    audit.require(not problems, f"run {run.run_id}: {name} lineage does not hold: {'; '.join(problems)}")
+
+
+def _metadata_disagreements(name: str, metadata: Mapping[str, str], declared: Mapping[str, Any]) -> list[str]:
+    """An ``epoch`` or ``step`` that a safetensors ``__metadata__`` states, where it differs from run.json."""
+    problems = []
+    for key in ("epoch", "step"):
+        if key not in metadata:
+            continue
+        try:
+            stated: Any = int(metadata[key])
+        except ValueError:
+            stated = metadata[key]
+        if not _same(stated, declared.get(key)):
+            problems.append(
+                f"{name} __metadata__ says {key} {str(stated)[:40]!r}, run.json says {declared.get(key)}"
+            )
+    return problems
 
 
 def _same(left: Any, right: Any) -> bool:
@@ -200,27 +269,27 @@ def _same(left: Any, right: Any) -> bool:
 
 @custody
 def test_distinct_last(run: Run, custody: Custody, audit: AuditRecorder, checkpoint: str | None) -> None:
-    """A ``last.pth`` byte-identical to ``best.pth`` is accepted only when ``run.json`` places both at the
+    """A last checkpoint byte-identical to the best one is accepted only when ``run.json`` places both at the
     same epoch and step; otherwise the copy fails.
     """
     if checkpoint != "last":
-        audit.not_applicable("applies to last.pth")
-    _present(run, custody, audit, checkpoint)
-    best = custody.digest(f"{run.run_id}/best.pth")
-    last = custody.hashed(f"{run.run_id}/last.pth")
-    if best is None:
-        audit.not_run("best.pth is absent (reported by capsule.required_paths)")
+        audit.not_applicable("applies to the last checkpoint")
+    last_name = _present(run, custody, audit, checkpoint).name
+    best_name = _present(run, custody, audit, "best").name  # absent or in two formats: nothing to compare
+    best = custody.hashed(f"{run.run_id}/{best_name}")
+    last = custody.hashed(f"{run.run_id}/{last_name}")
     if best.sha256 != last.sha256:
-        audit.note("last.pth is a distinct frozen artifact")
+        audit.note(f"{last_name} is a distinct frozen artifact")
         return
     same_point = all(
         _declared(run, "best").get(key) == _declared(run, "last").get(key) for key in ("epoch", "step")
     )
     audit.require(
         same_point,
-        f"run {run.run_id}: last.pth is byte-identical to best.pth, yet run.json places them at different epochs/steps",
+        f"run {run.run_id}: {last_name} is byte-identical to {best_name}, yet run.json places them at different "
+        "epochs/steps",
     )
-    audit.note("last.pth is byte-identical to best.pth (the best epoch was the last)")
+    audit.note(f"{last_name} is byte-identical to {best_name} (the best epoch was the last)")
 
 
 @pytest.mark.science
@@ -228,11 +297,17 @@ def test_resume_state(run: Run, custody: Custody, audit: AuditRecorder, checkpoi
     """``last.pth`` holds optimizer, scheduler, epoch, step and RNG state, plus the grad scaler under fp16
     training and the EMA weights when ``best`` is EMA; whatever is missing is disclosed.
 
-    Without them a resume from ``last.pth`` would not continue the same run.
+    Without them a resume from ``last.pth`` would not continue the same run. A ``last.safetensors`` holds
+    weights only, so the audit does not apply to it.
     """
     if checkpoint != "last":
-        audit.not_applicable("resume state is carried by last.pth")
-    inspection = _inspection(run, custody, audit, checkpoint)
+        audit.not_applicable("resume state is carried by the last checkpoint")
+    if _present(run, custody, audit, checkpoint).format == "safetensors":
+        audit.not_applicable(
+            "last.safetensors holds weights only (safetensors stores tensors, never optimizer, scheduler or "
+            "RNG state): it is not a resume point"
+        )
+    name, inspection = _inspection(run, custody, audit, checkpoint)
     keys = set(inspection.top_keys)
     missing = [part for part, names in RESUME_PARTS.items() if not keys & set(names)]
     training = run.get("training") if isinstance(run.get("training"), Mapping) else {}
@@ -243,6 +318,6 @@ def test_resume_state(run: Run, custody: Custody, audit: AuditRecorder, checkpoi
     audit.evidence(top_keys=sorted(keys)[:50], missing=missing)
     if missing:
         audit.disclose(
-            f"last.pth lacks {', '.join(missing)}: a resume from it would not continue the same run",
+            f"{name} lacks {', '.join(missing)}: a resume from it would not continue the same run",
             affects=["run:resume"],
         )

@@ -36,14 +36,6 @@ VIS_IDENTICAL = 0.01  # mean absolute pixel difference, as a share of the full r
 VIS_IDENTICAL_SHARE = 0.9
 
 
-def _test(audit: AuditRecorder, run: Run, test: DeclaredTest | None) -> DeclaredTest:
-    if run.declared is None:
-        audit.not_run(f"run.json is unreadable (reported by capsule.run_json_schema): {run.problem}")
-    if test is None:
-        audit.not_run(f"run {run.run_id} declares no tests (reported by capsule.tests_declared)")
-    return test
-
-
 def _rows(
     audit: AuditRecorder, capsule: CapsuleReader, test: DeclaredTest, columns: list[str]
 ) -> dict[str, Any]:
@@ -81,7 +73,7 @@ def test_output_cosine(
 
     The mean-centred cosine and the spread around the shared mean are kept in the evidence beside it.
     """
-    test = _test(audit, run, declared_test)
+    test = audit.declared(run, declared_test)
     rows = _rows(audit, capsule, test, ["output"])
     vectors = rows["output"].to_pylist()
     lengths = {len(vector) for vector in vectors if vector is not None}
@@ -129,7 +121,7 @@ def test_real_vs_shuffle(
     Then the conditioning input does not drive the score.
     """
     if declared_metric is None:
-        _test(audit, run, run.tests[0] if run.tests else None)
+        audit.declared(run, run.tests[0] if run.tests else None)
         audit.not_applicable("no declared test has applicable metrics")
     test, metric = declared_metric
     if SHUFFLE not in test.conditions:
@@ -184,7 +176,7 @@ def test_prediction_histogram(
     twice the largest class's share of the targets, or when there are at most half as many distinct
     predictions as target classes.
     """
-    test = _test(audit, run, declared_test)
+    test = audit.declared(run, declared_test)
     rows = _rows(audit, capsule, test, ["pred", "target"])
     predictions = np.asarray(rows["pred"].to_pylist(), dtype=object).astype(str)
     targets = np.asarray(rows["target"].to_pylist(), dtype=object).astype(str)
@@ -225,7 +217,7 @@ def test_trivial_baseline(
     """COL-09: top-1 accuracy from ``pred`` is disclosed unless it beats always predicting the majority
     target class on the same items with the paired 95 % interval's lower bound above 0.
     """
-    test = _test(audit, run, declared_test)
+    test = audit.declared(run, declared_test)
     if not test.metrics_apply:
         audit.not_applicable(f"test {test.test_id} has no machine-readable ground truth")
     rows = _rows(audit, capsule, test, ["pred", "target"])
@@ -277,7 +269,7 @@ def test_vis_identical(
     """COL-10: renders of different samples in one condition and role are disclosed as near-identical when
     at least 90 % of pairs of their greyscale 32×32 thumbnails differ by under 1 % of the range on average.
     """
-    test = _test(audit, run, declared_test)
+    test = audit.declared(run, declared_test)
     rels = capsule.inventory.pngs.get(test.test_id, ())
     if not rels:
         audit.not_run(f"test {test.test_id} has no renders (reported by capsule.vis_coverage)")

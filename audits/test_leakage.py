@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from runaudit.capsule import checkpoint_file
 from runaudit.claims import metric_claims, run_claim
 from runaudit.fixtures.verdicts import AuditRecorder
 from runaudit.near_duplicates import MAX_RADIUS, find_near_duplicates
@@ -305,7 +306,8 @@ def test_selection_on_test(run: Run, capsule: CapsuleReader, audit: AuditRecorde
             continue
         chosen = selection.get("split")
         if chosen in test_splits:
-            findings.append(f"{role}.pth was selected by {selection.get('metric')} on the {chosen} split")
+            named = checkpoint_file(role, run.path).name
+            findings.append(f"{named} was selected by {selection.get('metric')} on the {chosen} split")
             affected.update(metric_claims(run, [test for test in run.tests if test.split == chosen]))
     try:
         header, rows = capsule.csv_rows("train.csv")

@@ -14,6 +14,10 @@ class Refusal(RuntimeError):
     """A refusal the user can act on: printed as one line, never as a traceback (exit status 2)."""
 
 
+class WriterError(Refusal):
+    """The capsule writer was used in a way that would produce a capsule the closure audits refuse."""
+
+
 def existing_dir(value: str) -> Path:
     """argparse type: an existing directory, resolved."""
     path = Path(value).expanduser()

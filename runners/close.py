@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from runaudit.atomic import fsync_dir, write_bytes_atomic, write_json_atomic
+from runaudit.capsule import CHECKPOINT_FILES, CHECKPOINT_ROLES, checkpoint_file
 from runaudit.clock import attempt_id, utc_now
 from runaudit.hashing import sha256_file
 from runaudit.ids import is_safe_id
@@ -29,7 +30,9 @@ from runaudit.safeio import JSON_CAP, read_regular
 from runaudit.usage import Refusal, existing_dir
 
 CLOSURE_GATES = ("test_capsule.py", "test_checkpoint.py")
-SEALED = ("config.yaml", "train.csv", "best.pth", "last.pth")
+# Every checkpoint format a role may take is copied (best.pth or best.safetensors, docs/capsule.md §2); a
+# role found in two formats is copied as found and fails the closure audits (capsule.closed_world).
+SEALED = ("config.yaml", "train.csv", *CHECKPOINT_FILES)
 REASON_FILE = "QUARANTINE_REASON.txt"
 REPORT_FILE = "AUDIT_REPORT.json"
 
@@ -70,10 +73,11 @@ def seal_bindings(draft: dict[str, Any], candidate: Path, root: Path) -> dict[st
     sealed["closed_utc"] = utc_now()
     if (candidate / "config.yaml").is_file() and isinstance(sealed.get("config"), dict):
         sealed["config"].setdefault("sha256", sha256_file(candidate / "config.yaml"))
-    for role in ("best", "last"):
+    for role in CHECKPOINT_ROLES:
         checkpoint = sealed.get("checkpoints", {}).get(role)
-        if isinstance(checkpoint, dict) and (candidate / f"{role}.pth").is_file():
-            checkpoint.setdefault("sha256", sha256_file(candidate / f"{role}.pth"))
+        path = candidate / checkpoint_file(role, candidate).name
+        if isinstance(checkpoint, dict) and path.is_file():
+            checkpoint.setdefault("sha256", sha256_file(path))
     for selection in sealed.get("selections", []):
         path = root / "_trust" / "selections" / f"{selection.get('selection_id')}.json"
         if isinstance(selection, dict) and is_safe_id(selection.get("selection_id")) and path.is_file():

@@ -22,6 +22,7 @@ from typing import Any
 
 import runaudit
 from runaudit import manifest as manifests
+from runaudit.capsule import checkpoint_formats
 from runaudit.catalog import AUDITS_DIR
 from runaudit.hashing import hash_before_fork
 from runaudit.options import REPORT_DIR_OPTION, REPORT_FORMAT_OPTION, ROOT_OPTION, RUN_OPTION
@@ -77,11 +78,15 @@ def run_suite(
         return _read_report(reports, capsule, done.stdout + done.stderr)
 
 
-def _warm() -> Any:
-    """Import the plugin (and with it pytest) and the gate's heavy libraries here, once, before any fork."""
+def _warm(capsules: Sequence[Path]) -> Any:
+    """Import the plugin (and with it pytest) and the gate's heavy libraries here, once, before any fork.
+
+    torch only when a capsule holds a ``.pth``: a safetensors checkpoint is audited without it.
+    """
     from runaudit.fixtures import plugin
 
-    for name in WARM_IMPORTS:
+    torch = any("pth" in checkpoint_formats(capsule) for capsule in capsules)
+    for name in WARM_IMPORTS if torch else [name for name in WARM_IMPORTS if name != "torch"]:
         with contextlib.suppress(ImportError):  # the child's audit that needs it says so, with the file
             importlib.import_module(name)
     return plugin
@@ -96,7 +101,7 @@ def _warm_while_hashing(capsules: Sequence[Path]) -> Any:
     ]
     with ThreadPoolExecutor(max_workers=1) as pool:
         hashed = pool.submit(hash_before_fork, files)
-        plugin = _warm()
+        plugin = _warm(capsules)
         with contextlib.suppress(OSError, RuntimeError):  # a file that vanished or changed: the audit says so
             hashed.result()
     return plugin

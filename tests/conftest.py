@@ -125,6 +125,7 @@ DEMO_SESSION_MODULES = frozenset(
         "test_capsule_defects.py",
         "test_collapse.py",
         "test_custody_audits.py",
+        "test_evaluation_fresh.py",
         "test_history.py",
         "test_leakage.py",
     }

@@ -30,6 +30,7 @@ AUDIT_MODULES = (
     "collapse",
     "determinism",
     "smoke",
+    "evaluation",
     "preflight",
 )
 # `capsule.md` and `smoke.py` are file names, not ids; no audit is named like a suffix (tested below).

@@ -25,6 +25,8 @@ CHECKOUT = Path(__file__).resolve().parent.parent
 # Folder in the checkout -> the package it installs as (pyproject.toml [tool.setuptools.package-dir]).
 PARTS = {
     "runaudit": "runaudit",
+    # The framework callbacks: core modules in a subpackage (they import the frameworks, never pytest).
+    "runaudit/integrations": "runaudit.integrations",
     "audits": "runaudit.audits",
     "fixtures": "runaudit.fixtures",
     "runners": "runaudit.runners",

@@ -15,6 +15,7 @@ import pytest
 import torch
 
 from runaudit.adapter import Batch, InputPaths
+from runaudit.examples.denoise.build import produce
 from runaudit.examples.denoise.evaluate import denoise, noisy_inputs
 from runaudit.examples.denoise.train import DEFAULT_CONFIG, DenoiseTrainer, clean_images, reconstruction_loss
 
@@ -88,3 +89,14 @@ def smoke_probe_data(images: dict[str, torch.Tensor]) -> Batch:
     """Noisy digits and their clean versions: does a linear map already recover some of the signal?"""
     clean = images["test"][:PROBE_ITEMS]
     return Batch(noisy_inputs(clean, SIGMA, seed=EVAL_SEED), clean)
+
+
+@pytest.fixture(scope="session")
+def smoke_capsule() -> Callable[[Path, str], None]:
+    """A one-epoch run written by the project's own producer (the capsule writer), for the round trip."""
+
+    def write(root: Path, run_id: str) -> None:
+        config = {**CONFIG, "train": {**CONFIG["train"], "epochs": 1}}
+        produce(root, run_id, config)
+
+    return write

@@ -2,7 +2,8 @@
 
 Unlike the digits demo's functions, the state lives on an object, the learning rate decays every step,
 and the training noise comes from the trainer's own generator, so a checkpoint that forgot that
-generator would resume on other noise (the smoke's resume round trip compares it).
+generator would resume on other noise (the smoke's resume round trip compares it). :func:`fit` trains
+through the capsule writer, which keeps ``train.csv`` and the checkpoints.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from runaudit.atomic import write_atomic
 from runaudit.examples.denoise.evaluate import mean_psnr
 from runaudit.examples.denoise.model import Denoiser
 from runaudit.examples.digits import data as digits_data
+from runaudit.writer import RunWriter
 
 DEFAULT_CONFIG: dict[str, Any] = {
     "data": {"split_seed": 0, "val_fraction": 0.2, "test_fraction": 0.2},
@@ -32,14 +34,20 @@ def reconstruction_loss(denoised: torch.Tensor, clean: torch.Tensor) -> torch.Te
     return nn.functional.mse_loss(denoised, clean)
 
 
-def clean_images(config: dict[str, Any]) -> dict[str, torch.Tensor]:
-    """The digits of each split as clean images in [0, 1], shape (n, 1, 8, 8)."""
+def digits_split(config: dict[str, Any]) -> tuple[digits_data.Digits, dict[str, Any]]:
+    """The digits and the indices of each split."""
     dataset = digits_data.load()
     split = digits_data.stratified_split(
         dataset.labels,
         seed=config["data"]["split_seed"],
         fractions=(config["data"]["val_fraction"], config["data"]["test_fraction"]),
     )
+    return dataset, split
+
+
+def clean_images(config: dict[str, Any]) -> dict[str, torch.Tensor]:
+    """The digits of each split as clean images in [0, 1], shape (n, 1, 8, 8)."""
+    dataset, split = digits_split(config)
     return {name: torch.from_numpy(dataset.inputs(indices)) for name, indices in split.items()}
 
 
@@ -107,12 +115,13 @@ class DenoiseTrainer:
 
 
 def fit(
-    workdir: Path, config: dict[str, Any], *, log: Callable[[str], None] = lambda line: None
+    run: RunWriter, config: dict[str, Any], *, log: Callable[[str], None] = lambda line: None
 ) -> DenoiseTrainer:
-    """Train to ``config['train']['epochs']``, resuming from ``workdir/latest.pth`` when it exists."""
-    workdir.mkdir(parents=True, exist_ok=True)
-    latest = workdir / "latest.pth"
-    trainer = DenoiseTrainer.resume(config, latest) if latest.exists() else DenoiseTrainer(config)
+    """Train to ``config['train']['epochs']``, resuming from the run's last checkpoint when it has one."""
+    trainer = DenoiseTrainer(config)
+    saved = run.resume_state()
+    if saved is not None:
+        trainer.load_state_dict(saved)
     images = clean_images(config)
     settings = config["train"]
     batches = math.ceil(len(images["train"]) / settings["batch_size"])
@@ -124,6 +133,14 @@ def fit(
         trainer.history.append(
             {"epoch": trainer.epoch, "train_loss": sum(losses) / batches, "val_psnr": psnr}
         )
-        trainer.save(latest)
+        run.log(epoch=trainer.epoch, step=trainer.step, train_loss=sum(losses) / batches, val_psnr=psnr)
+        state = trainer.state_dict()
+        run.checkpoint(
+            trainer.model,
+            epoch=trainer.epoch,
+            step=trainer.step,
+            value=psnr,
+            state={key: state[key] for key in ("optimizer", "scheduler", "rng", "history")},
+        )
         log(f"epoch {trainer.epoch}/{settings['epochs']} loss {losses[-1]:.5f} val_psnr {psnr:.2f} dB")
     return trainer

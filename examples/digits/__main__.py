@@ -11,7 +11,8 @@ import sys
 from pathlib import Path
 
 from runaudit.examples.digits.build import produce
-from runaudit.examples.digits.train import DEFAULT_CONFIG, ConfigMismatch
+from runaudit.examples.digits.train import DEFAULT_CONFIG
+from runaudit.writer import WriterError
 
 
 def main() -> int:
@@ -30,7 +31,7 @@ def main() -> int:
     )
     try:
         produce(args.root.resolve(), args.run_id, config, log=lambda line: print(line, flush=True))
-    except ConfigMismatch as exc:
+    except WriterError as exc:
         print(f"digits: error: {exc}", file=sys.stderr)
         return 2
     return 0

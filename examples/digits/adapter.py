@@ -8,8 +8,10 @@ digits: nothing here re-implements a step, a checkpoint or an input path, or the
 from __future__ import annotations
 
 import copy
+import functools
+import json
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -17,10 +19,11 @@ import numpy as np
 import pytest
 import torch
 
-from runaudit.adapter import Batch, InputPaths, Training
+from runaudit.adapter import Batch, EvalInputsFn, EvalModelFn, InputPaths, Training
 from runaudit.examples.digits import data as digits_data
 from runaudit.examples.digits.build import produce
-from runaudit.examples.digits.evaluate import condition_inputs, predict
+from runaudit.examples.digits.evaluate import TEST_ID, condition_inputs, predict
+from runaudit.examples.digits.model import build
 from runaudit.examples.digits.train import (
     DEFAULT_CONFIG,
     build_training,
@@ -165,3 +168,71 @@ def smoke_capsule() -> Callable[[Path, str], None]:
         produce(root, run_id, tiny_config(), log=lambda line: None)
 
     return write
+
+
+# -- evaluation.fresh: the sealed run's best checkpoint, re-scored on the evaluator's own inputs -------
+
+
+def evaluation_arrays(config: Mapping[str, Any]) -> tuple[dict[str, int], dict[str, np.ndarray], np.ndarray]:
+    """Every test item under every condition, built as ``evaluate()`` builds them for ``config``: each
+    sample id's position, the inputs of each condition (one row per position) and the labels.
+
+    The noise of every condition comes from one generator drawn over the whole test array, condition after
+    condition in the config's order, so an item's noise depends on every item and condition before it: the
+    whole arrays are regenerated in the evaluator's order, with its own ``condition_inputs``, and items are
+    picked from them after.
+    """
+    return _evaluation_arrays(json.dumps(config))  # key order kept: it is the order the noise is drawn in
+
+
+@functools.lru_cache(maxsize=4)
+def _evaluation_arrays(config_json: str) -> tuple[dict[str, int], dict[str, np.ndarray], np.ndarray]:
+    config = json.loads(config_json)
+    dataset = digits_data.load()
+    split = digits_data.stratified_split(
+        dataset.labels,
+        seed=config["data"]["split_seed"],
+        fractions=(config["data"]["val_fraction"], config["data"]["test_fraction"]),
+    )
+    indices = split["test"]
+    clean = dataset.inputs(indices)
+    noise_rng = np.random.default_rng(config["eval"]["noise_seed"])
+    conditioned = {
+        condition: condition_inputs(clean, noise_std, noise_rng)
+        for condition, noise_std in config["eval"]["conditions"].items()
+    }
+    positions = {dataset.sample_ids[index]: position for position, index in enumerate(indices)}
+    return positions, conditioned, dataset.labels[indices]
+
+
+@pytest.fixture(scope="session")
+def smoke_eval_model() -> EvalModelFn:
+    """A checkpoint (``best.pth``) in a fresh network built from the run's config, as ``evaluate()`` loads it."""
+
+    def load(path: Path, config: Mapping[str, Any]) -> torch.nn.Module:
+        model = build(dict(config))
+        model.load_state_dict(torch.load(path, weights_only=True)["model"])
+        return model
+
+    return load
+
+
+@pytest.fixture(scope="session")
+def smoke_eval_inputs() -> EvalInputsFn:
+    """The evaluator's inputs and labels of ``sample_ids`` under one condition of the demo's one test."""
+
+    def inputs(
+        test_id: str, condition_id: str, sample_ids: Sequence[str], config: Mapping[str, Any]
+    ) -> Batch:
+        if test_id != TEST_ID:
+            raise KeyError(f"the digits evaluator writes test {TEST_ID!r}, not {test_id!r}")
+        positions, conditioned, labels = evaluation_arrays(config)
+        if condition_id not in conditioned:
+            raise KeyError(f"the config declares no condition {condition_id!r} (eval.conditions)")
+        unknown = [sample_id for sample_id in sample_ids if sample_id not in positions]
+        if unknown:
+            raise KeyError(f"{len(unknown)} sample id(s) are not in the test split, e.g. {unknown[0]!r}")
+        rows = np.array([positions[sample_id] for sample_id in sample_ids], dtype=np.int64)
+        return Batch(torch.from_numpy(conditioned[condition_id][rows]), torch.from_numpy(labels[rows]))
+
+    return inputs

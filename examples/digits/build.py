@@ -7,165 +7,73 @@ built demo costs nothing: the capsule audits of ``--run=demo`` must not pay for 
 from __future__ import annotations
 
 import fcntl
-import hashlib
-import platform
-import subprocess
 import time
 from pathlib import Path
 from typing import IO, Any
 
-from runaudit.atomic import write_json_atomic
-
 DEMO_RUN_ID = "demo"
 SOURCE_DIR = Path(__file__).resolve().parent
+DECLARATIONS = (
+    ("seeds", "single", "the demo trains one seed; no claim rests on a seed band"),
+    (
+        "split_scheme",
+        "stratified",
+        "sklearn's digits ship no official split; a seeded, class-stratified 60/20/20 split",
+    ),
+    (
+        "precision",
+        "re-derivable",
+        "metrics.json keeps 4 decimals so that each value re-derives from results.parquet; "
+        "read them to their standard error (about ±0.01 on 359 test items)",
+    ),
+)
 
 
 class DemoBuildError(RuntimeError):
     """The demo could not be produced or sealed; the message says where the evidence is."""
 
 
-def source_identity() -> dict[str, Any]:
-    """The code that trained the run: the git commit when this is a checkout, and a tree hash always."""
-    digest = hashlib.sha256()
-    for path in sorted(SOURCE_DIR.glob("*.py")):
-        digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
-    commit, dirty = None, None
-    try:
-        commit = subprocess.run(
-            ["git", "rev-parse", "HEAD"], cwd=SOURCE_DIR, capture_output=True, text=True, check=True
-        ).stdout.strip()
-        dirty = bool(
-            subprocess.run(
-                ["git", "status", "--porcelain", "--", "."],
-                cwd=SOURCE_DIR,
-                capture_output=True,
-                text=True,
-                check=True,
-            ).stdout.strip()
-        )
-    except (OSError, subprocess.CalledProcessError):
-        pass
-    return {
-        "repo": "runaudit",
-        "commit": commit or None,
-        "dirty": dirty,
-        "entrypoint": "python -m runaudit.examples.digits",
-        "tree_sha256": digest.hexdigest(),
-    }
-
-
 def produce(root: Path, run_id: str, config: dict[str, Any], *, log: Any = print) -> Path:
-    """Train, evaluate and declare ``run_id`` under ``root/active/`` (the producer's half of a run)."""
-    import torch
+    """Train, evaluate and declare ``run_id`` under ``root/active/`` through the capsule writer (the
+    producer's half of a run); returns the run folder, ready for ``runaudit close``."""
+    import torch  # noqa: F401  (loaded before the writer reads the environment and determinism flags)
 
     from runaudit.examples.digits import data as digits_data
-    from runaudit.examples.digits.evaluate import METRICS, PROTOCOL_ID, evaluate, selection_for
+    from runaudit.examples.digits.evaluate import METRICS, PROTOCOL_ID, evaluate
     from runaudit.examples.digits.train import train
+    from runaudit.writer import Selection, open_run
 
-    workdir = root / "active" / run_id
-    outcome = train(workdir, config, log=log)
     dataset = digits_data.load()
+    data = config["data"]
     split = digits_data.stratified_split(
-        dataset.labels,
-        seed=config["data"]["split_seed"],
-        fractions=(config["data"]["val_fraction"], config["data"]["test_fraction"]),
+        dataset.labels, seed=data["split_seed"], fractions=(data["val_fraction"], data["test_fraction"])
     )
-    split_id = f"digits-stratified-s{config['data']['split_seed']}"
-    manifest = root / "_trust" / "splits" / f"{split_id}.parquet"
-    manifest_bytes = (
-        manifest.read_bytes()
-        if manifest.is_file()
-        else digits_data.write_split_manifest(manifest, dataset, split)
-    )
-    test_ids = [dataset.sample_ids[index] for index in split["test"]]
-    selection, _ = selection_for(
-        root,
-        f"{split_id}-test",
-        dataset_id=digits_data.DATASET_ID,
-        split_id=split_id,
-        test_ids=test_ids,
-        seed=config["eval"]["selection_seed"],
-    )
-    test = evaluate(workdir, config, dataset, split["test"], run_id=run_id, selection=selection)
     settings = config["train"]
-    declaration = {
-        "schema_version": "runaudit.run/1",
-        "run_id": run_id,
-        "kind": "software",
-        "task": "classification",
-        "source": source_identity(),
-        "config": {},
-        "data": {
-            "dataset_id": digits_data.DATASET_ID,
-            "version": dataset.version,
-            "content_sha256": dataset.content_sha256,
-        },
-        "split": {
-            "split_id": split_id,
-            "scheme": "stratified",
-            "manifest_sha256": hashlib.sha256(manifest_bytes).hexdigest(),
-            "counts": {name: int(len(indices)) for name, indices in split.items()},
-        },
-        "protocol": {"protocol_id": PROTOCOL_ID, "metrics": list(METRICS)},
-        "tests": [test],
-        "selections": [{"selection_id": selection["selection_id"], "k": selection["k"]}],
-        "seed": {
-            "values": [settings["seed"]],
-            "deterministic": True,
-            "worker_seeding": True,
-            "cudnn_benchmark": False,
-        },
-        "comparison": {"group": "digits-demo", "arm": "cnn", "ablated": []},
-        "environment": {
-            "python": platform.python_version(),
-            "torch": torch.__version__,
-            "cuda": None,
-            "gpu": None,
-            "gpu_count": 0,
-        },
-        "training": {
-            "epochs_planned": settings["epochs"],
-            "epochs_run": outcome.epochs_run,
-            "steps_run": outcome.steps_run,
-            "effective_batch": settings["batch_size"],
-            "precision": "fp32",
-            "schedule": settings["schedule"],
-        },
-        "checkpoints": {
-            "best": {
-                "epoch": outcome.best["epoch"],
-                "step": outcome.best["step"],
-                "selection": {
-                    "metric": "accuracy",
-                    "split": "val",
-                    "mode": "max",
-                    "value": outcome.best["value"],
-                },
-                "weights": "raw",
-            },
-            "last": {"epoch": outcome.last["epoch"], "step": outcome.last["step"], "weights": "raw"},
-        },
-        "declarations": [
-            {
-                "topic": "seeds",
-                "choice": "single",
-                "note": "the demo trains one seed; no claim rests on a seed band",
-            },
-            {
-                "topic": "split_scheme",
-                "choice": "stratified",
-                "note": "sklearn's digits ship no official split; a seeded, class-stratified 60/20/20 split",
-            },
-            {
-                "topic": "precision",
-                "choice": "re-derivable",
-                "note": "metrics.json keeps 4 decimals so that each value re-derives from results.parquet; "
-                "read them to their standard error (about ±0.01 on 359 test items)",
-            },
-        ],
-    }
-    write_json_atomic(workdir / "run.json", declaration)
-    return workdir
+    dataset_identity, split_identity = digits_data.identities(dataset, split, data["split_seed"])
+    with open_run(
+        root,
+        run_id,
+        task="classification",
+        config=config,
+        metrics=METRICS,
+        data=dataset_identity,
+        split=split_identity,
+        seed=settings["seed"],
+        epochs=settings["epochs"],
+        batch_size=settings["batch_size"],
+        selection=Selection("accuracy", "max", "val"),
+        schedule=settings["schedule"],
+        protocol_id=PROTOCOL_ID,
+        comparison={"group": "digits-demo", "arm": "cnn"},
+        worker_seeding=True,
+        entrypoint="python -m runaudit.examples.digits",
+        source_dir=SOURCE_DIR,
+    ) as run:
+        train(run, config, log=log)
+        evaluate(run, config, dataset, split["test"])
+        for topic, choice, note in DECLARATIONS:
+            run.declare(topic, choice, note)
+    return run.folder
 
 
 def ensure_demo(root: Path, *, progress: IO[str]) -> Path:

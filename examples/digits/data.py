@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from runaudit.writer import Dataset, Split
 
 DATASET_ID = "sklearn-digits"
 SPLITS = ("train", "val", "test")
@@ -65,28 +68,37 @@ def stratified_split(
     return {name: np.sort(np.concatenate(chunks)) for name, chunks in parts.items()}
 
 
-def write_split_manifest(path: Path, data: Digits, split: dict[str, np.ndarray]) -> bytes:
-    """One row per item: where it went, its address in the source, the SHA-256 of its bytes and its
-    perceptual hash (for the near-duplicate audit)."""
+def split_manifest(data: Digits, split: dict[str, np.ndarray]) -> dict[str, object]:
+    """The split manifest's columns (docs/capsule.md §8), one row per item: where it went, its address in
+    the source, the SHA-256 of its bytes and its perceptual hash (for the near-duplicate audit). The
+    capsule writer stores them as ``_trust/splits/<split_id>.parquet``."""
     import pyarrow as pa
-    import pyarrow.parquet as pq
     from PIL import Image
 
-    from runaudit.atomic import write_atomic
     from runaudit.perceptual_hash import phash64
 
     rows = sorted((int(index), name) for name, indices in split.items() for index in indices)
-    table = pa.table(
-        {
-            "sample_id": pa.array([data.sample_ids[index] for index, _ in rows], pa.string()),
-            "split": pa.array([name for _, name in rows], pa.string()),
-            "path": pa.array([f"load_digits/images[{index}]" for index, _ in rows], pa.string()),
-            "sha256": pa.array([data.item_sha256(index) for index, _ in rows], pa.string()),
-            "phash": pa.array(
-                [phash64(Image.fromarray(data.images[index] * 15)) for index, _ in rows], pa.uint64()
-            ),
-            "label": pa.array([int(data.labels[index]) for index, _ in rows], pa.int64()),
-        }
+    return {
+        "sample_id": pa.array([data.sample_ids[index] for index, _ in rows], pa.string()),
+        "split": pa.array([name for _, name in rows], pa.string()),
+        "path": pa.array([f"load_digits/images[{index}]" for index, _ in rows], pa.string()),
+        "sha256": pa.array([data.item_sha256(index) for index, _ in rows], pa.string()),
+        "phash": pa.array(
+            [phash64(Image.fromarray(data.images[index] * 15)) for index, _ in rows], pa.uint64()
+        ),
+        "label": pa.array([int(data.labels[index]) for index, _ in rows], pa.int64()),
+    }
+
+
+def identities(data: Digits, split: dict[str, np.ndarray], split_seed: int) -> tuple[Dataset, Split]:
+    """The dataset and split as ``run.json`` declares them, with the split manifest the writer stores."""
+    from runaudit.writer import Dataset, Split
+
+    return Dataset(DATASET_ID, data.version, data.content_sha256), Split(
+        f"digits-stratified-s{split_seed}",
+        "stratified",
+        train=len(split["train"]),
+        val=len(split["val"]),
+        test=len(split["test"]),
+        manifest=split_manifest(data, split),
     )
-    write_atomic(path, lambda handle: pq.write_table(table, handle))
-    return path.read_bytes()

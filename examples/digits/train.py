@@ -1,30 +1,26 @@
-"""Train the digits CNN into ``active/<run-id>/``, resuming from ``latest.pth`` on every start.
+"""Train the digits CNN through the capsule writer, resuming from its last checkpoint on every start.
 
-The checkpoint is the single source of truth: it holds the model, optimizer, scheduler, RNG, counters,
-the best-so-far record and the whole history, and ``train.csv`` is rewritten from it after each save.
-A crash at any point therefore resumes where the last complete checkpoint left off, with no duplicated
-or missing history rows.
+The writer keeps ``train.csv`` and the checkpoints (docs/capsule.md): a row per epoch, ``latest.pth``
+(weights, optimizer, schedule, RNG) after each, ``best.pth`` whenever validation accuracy improves. A
+crash at any point resumes after the last complete checkpoint, with no duplicated or missing rows.
 """
 
 from __future__ import annotations
 
-import csv
-import io
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
-import yaml
 from torch import nn
 
-from runaudit.atomic import write_atomic, write_bytes_atomic
+from runaudit.atomic import write_atomic
 from runaudit.examples.digits import data as digits_data
 from runaudit.examples.digits.model import build
+from runaudit.writer import RunWriter
 
 DEFAULT_CONFIG: dict[str, Any] = {
     "data": {"dataset": digits_data.DATASET_ID, "split_seed": 0, "val_fraction": 0.2, "test_fraction": 0.2},
@@ -42,59 +38,9 @@ DEFAULT_CONFIG: dict[str, Any] = {
     "eval": {"conditions": {"clean": 0.0, "noise": 0.3}, "noise_seed": 7, "selection_seed": 1234},
 }
 
-HISTORY_COLUMNS = (
-    "epoch",
-    "step",
-    "train_loss",
-    "lr",
-    "grad_norm",
-    "val_accuracy",
-    "val_cross_entropy",
-    "wall_time_s",
-    "resume",
-)
-
-
-class ConfigMismatch(RuntimeError):
-    """The run folder was started with another configuration; a changed config needs a new run id."""
-
-
-@dataclass(frozen=True)
-class TrainingOutcome:
-    epochs_run: int
-    steps_run: int
-    best: dict[str, Any]
-    last: dict[str, Any]
-    resumed_from: int  # epoch the run resumed after, 0 for a fresh start
-
-
-def config_bytes(config: dict[str, Any]) -> bytes:
-    return yaml.safe_dump(config, sort_keys=True).encode("utf-8")
-
 
 def save_checkpoint(path: Path, payload: dict[str, Any]) -> None:
     write_atomic(path, lambda handle: torch.save(payload, handle))
-
-
-def history_csv(history: list[dict[str, Any]]) -> bytes:
-    buffer = io.StringIO()
-    writer = csv.DictWriter(buffer, fieldnames=HISTORY_COLUMNS, lineterminator="\n")
-    writer.writeheader()
-    writer.writerows(history)
-    return buffer.getvalue().encode("utf-8")
-
-
-def _pin_config(workdir: Path, config: dict[str, Any]) -> None:
-    target = workdir / "config.yaml"
-    wanted = config_bytes(config)
-    if target.exists():
-        if target.read_bytes() != wanted:
-            raise ConfigMismatch(
-                f"{target} holds another configuration than the one requested; "
-                "resume with the same config or start a new run id"
-            )
-        return
-    write_bytes_atomic(target, wanted)
 
 
 def build_training(
@@ -134,20 +80,38 @@ def train_step(
     return loss.item(), norm
 
 
+def resume_parts(
+    optimizer: torch.optim.Optimizer, scheduler: torch.optim.lr_scheduler.LRScheduler
+) -> dict[str, Any]:
+    """What a resume needs beside the weights and counters: optimizer, schedule and RNG."""
+    return {
+        "optimizer": optimizer.state_dict(),
+        "scheduler": scheduler.state_dict(),
+        "rng": {"torch": torch.get_rng_state()},
+    }
+
+
+def restore_parts(
+    state: dict[str, Any],
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    scheduler: torch.optim.lr_scheduler.LRScheduler,
+) -> None:
+    model.load_state_dict(state["model"])
+    optimizer.load_state_dict(state["optimizer"])
+    scheduler.load_state_dict(state["scheduler"])
+    torch.set_rng_state(state["rng"]["torch"])
+
+
 def training_state(
     model: nn.Module,
     optimizer: torch.optim.Optimizer,
     scheduler: torch.optim.lr_scheduler.LRScheduler,
     **counters: Any,
 ) -> dict[str, Any]:
-    """Everything ``latest.pth`` holds: weights, optimizer, schedule, RNG, and the run's counters."""
-    return {
-        "model": model.state_dict(),
-        "optimizer": optimizer.state_dict(),
-        "scheduler": scheduler.state_dict(),
-        "rng": {"torch": torch.get_rng_state()},
-        **counters,
-    }
+    """Everything a resume anchor holds (the layout the writer's ``latest.pth`` has): weights, optimizer,
+    schedule, RNG, and the run's counters."""
+    return {"model": model.state_dict(), **resume_parts(optimizer, scheduler), **counters}
 
 
 def restore_training(
@@ -158,10 +122,7 @@ def restore_training(
 ) -> dict[str, Any]:
     """Load ``path`` (weights only) into the objects and the RNG; returns the whole saved state."""
     state: dict[str, Any] = torch.load(path, weights_only=True)
-    model.load_state_dict(state["model"])
-    optimizer.load_state_dict(state["optimizer"])
-    scheduler.load_state_dict(state["scheduler"])
-    torch.set_rng_state(state["rng"]["torch"])
+    restore_parts(state, model, optimizer, scheduler)
     return state
 
 
@@ -174,12 +135,8 @@ def _evaluate(model: nn.Module, inputs: torch.Tensor, labels: torch.Tensor) -> t
     return accuracy, loss
 
 
-def train(
-    workdir: Path, config: dict[str, Any], *, log: Callable[[str], None] = lambda line: None
-) -> TrainingOutcome:
-    """Train (or resume) the run in ``workdir`` to ``config['train']['epochs']`` epochs."""
-    workdir.mkdir(parents=True, exist_ok=True)
-    _pin_config(workdir, config)
+def train(run: RunWriter, config: dict[str, Any], *, log: Callable[[str], None] = lambda line: None) -> None:
+    """Train (or resume) ``run`` to ``config['train']['epochs']`` epochs."""
     settings = config["train"]
     torch.manual_seed(settings["seed"])
     torch.use_deterministic_algorithms(True)
@@ -198,21 +155,11 @@ def train(
     val_y = torch.from_numpy(dataset.labels[split["val"]])
 
     model, optimizer, scheduler = build_training(config, len(train_x))
-
-    epoch, step, history = 0, 0, []
-    best: dict[str, Any] = {"epoch": 0, "step": 0, "value": -math.inf}
-    latest = workdir / "latest.pth"
-    if latest.exists():
-        state = restore_training(latest, model, optimizer, scheduler)
-        epoch, step, history, best = (
-            state["epoch"],
-            state["step"],
-            list(state["history"]),
-            dict(state["best"]),
-        )
-        write_bytes_atomic(workdir / "train.csv", history_csv(history))
-        log(f"resumed from {latest} after epoch {epoch} (step {step})")
-    resumed_from = epoch
+    saved = run.resume_state()
+    if saved is not None:
+        restore_parts(saved, model, optimizer, scheduler)
+        log(f"resumed after epoch {run.epoch} (step {run.step})")
+    epoch, step = run.epoch, run.step
 
     while epoch < settings["epochs"]:
         epoch += 1
@@ -229,48 +176,21 @@ def train(
             losses.append(loss)
             norms.append(norm)
         val_accuracy, val_loss = _evaluate(model, val_x, val_y)
-        history.append(
-            {
-                "epoch": epoch,
-                "step": step,
-                "train_loss": float(np.mean(losses)),
-                "lr": scheduler.get_last_lr()[0],
-                "grad_norm": float(np.mean(norms)),
-                "val_accuracy": val_accuracy,
-                "val_cross_entropy": val_loss,
-                "wall_time_s": round(time.perf_counter() - started, 4),
-                "resume": epoch == resumed_from + 1 and resumed_from > 0,
-            }
+        run.log(
+            epoch=epoch,
+            step=step,
+            train_loss=float(np.mean(losses)),
+            lr=scheduler.get_last_lr()[0],
+            grad_norm=float(np.mean(norms)),
+            val_accuracy=val_accuracy,
+            val_cross_entropy=val_loss,
+            wall_time_s=round(time.perf_counter() - started, 4),
         )
-        if val_accuracy > best["value"]:
-            best = {"epoch": epoch, "step": step, "value": val_accuracy}
-            save_checkpoint(
-                workdir / "best.pth",
-                {
-                    "model": model.state_dict(),
-                    "epoch": epoch,
-                    "step": step,
-                    "selection": {"metric": "accuracy", "split": "val", "mode": "max", "value": val_accuracy},
-                },
-            )
-        state = training_state(
-            model, optimizer, scheduler, epoch=epoch, step=step, best=best, history=history
+        run.checkpoint(
+            model, epoch=epoch, step=step, value=val_accuracy, state=resume_parts(optimizer, scheduler)
         )
-        save_checkpoint(latest, state)
-        write_bytes_atomic(workdir / "train.csv", history_csv(history))
         log(
-            f"epoch {epoch}/{settings['epochs']} loss {history[-1]['train_loss']:.4f} val_accuracy {val_accuracy:.4f}"
+            f"epoch {epoch}/{settings['epochs']} loss {float(np.mean(losses)):.4f} val_accuracy {val_accuracy:.4f}"
         )
         if settings["throttle_s"]:
             time.sleep(settings["throttle_s"])
-
-    # last.pth is the frozen final training state: the bytes of the last complete latest.pth.
-    write_bytes_atomic(workdir / "last.pth", latest.read_bytes())
-    final = torch.load(latest, weights_only=True)
-    return TrainingOutcome(
-        epochs_run=final["epoch"],
-        steps_run=final["step"],
-        best=dict(final["best"]),
-        last={"epoch": final["epoch"], "step": final["step"]},
-        resumed_from=resumed_from,
-    )

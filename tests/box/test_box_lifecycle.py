@@ -96,7 +96,9 @@ def test_a_detached_run_survives_ssh_resumes_after_a_kill_and_closes_on_the_box(
     assert [int(row["epoch"]) for row in rows] == list(range(1, EPOCHS + 1))
     steps = [int(row["step"]) for row in rows]
     assert steps == [steps[0] * epoch for epoch in range(1, EPOCHS + 1)]  # counters continue, never reset
-    resumed = [int(row["epoch"]) for row in rows if row["resume"] == "True"]
+    resumed = [
+        int(row["epoch"]) for row in rows if row["resume"] in ("true", "1", "yes")
+    ]  # docs/capsule.md §6
     assert resumed == [done_before_kill + 1]
     log = (
         Path(box.run_state(RUN)) / Path(box.run_state(RUN), "current").read_text().strip() / "log"
