@@ -10,15 +10,25 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+# The same snapshot would make every in-process session import these afresh (about 0.4 s a session, over a
+# hundred sessions): the report's renderer and figures, and pyarrow's readers. Imported once, they stay.
+import jinja2  # noqa: F401
+import matplotlib.figure  # noqa: F401
+
 # In-process pytester runs drop the modules they imported once they end. These keep global registries
 # that break when imported a second time in one process (Pillow's codec table, torch's compiler, libyaml), so they
 # are imported here, before any run, and stay.
 import PIL.Image
 import PIL.PngImagePlugin  # noqa: F401
+import pyarrow.compute  # noqa: F401
+import pyarrow.parquet  # noqa: F401
 import pytest
 import torch._dynamo  # noqa: F401
 import yaml  # noqa: F401  # libyaml's C parser keeps the first yaml module's resolver: a re-import breaks tags
 
+import runaudit.reports.collector  # noqa: F401
+import runaudit.reports.html  # noqa: F401
+import runaudit.reports.page  # noqa: F401
 from runaudit.examples.digits.build import DEMO_RUN_ID, ensure_demo
 
 PIL.Image.init()
@@ -116,28 +126,15 @@ SLOW_MODULES = frozenset(
         "test_science_demo.py",
     }
 )
-# Modules of end-to-end tests that seed defects into the demo project and run whole audit sessions on it
-# (pytester), or train and index beyond it: 3-30 s a test, about 450 of the inner loop's 800 worker-seconds.
-# Only their tests that need the demo project or pytester are slow; the few in-process unit tests among
-# them (neither fixture) stay in the inner loop.
-DEMO_SESSION_MODULES = frozenset(
-    {
-        "test_capsule_defects.py",
-        "test_collapse.py",
-        "test_custody_audits.py",
-        "test_evaluation_fresh.py",
-        "test_history.py",
-        "test_leakage.py",
-    }
-)
+# Everything else that runs whole audit sessions (pytester) or needs the trained demo project is slow too:
+# the inner loop keeps the in-process unit tests of every module, a minute on two cores.
 END_TO_END_FIXTURES = frozenset({"demo_project", "pytester"})
 
 
 def _slow(item: pytest.Item) -> bool:
     if item.path.name in SLOW_MODULES or item.path.parent.name == "box":
         return True
-    fixtures = getattr(item, "fixturenames", ())
-    return item.path.name in DEMO_SESSION_MODULES and not END_TO_END_FIXTURES.isdisjoint(fixtures)
+    return not END_TO_END_FIXTURES.isdisjoint(getattr(item, "fixturenames", ()))
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

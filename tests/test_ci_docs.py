@@ -42,7 +42,9 @@ def run_job(commands: list[str], project: Path, workspace: Path) -> list[subproc
         "RUN_ID": DEMO_RUN_ID,
         "PULL_ID": DEMO_RUN_ID,
         "REPORT_DIR": "runaudit-report",
-        "PYTEST_ADDOPTS": "",
+        # The demo's run id brings the demo's own adapter along, whose smoke gate trains and seals a capsule
+        # of its own (seconds); a user's run has no adapter unless the job loads one.
+        "PYTEST_ADDOPTS": "-m 'not smoke'",
     }
     done = []
     for command in commands:
@@ -57,12 +59,13 @@ def run_job(commands: list[str], project: Path, workspace: Path) -> list[subproc
     return done
 
 
+def test_both_ci_files_run_the_same_gate() -> None:
+    assert gitlab_commands() == github_commands()  # so one run below proves both
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("commands", [github_commands, gitlab_commands], ids=["github", "gitlab"])
-def test_the_ci_gate_passes_a_good_pull_and_publishes_its_report(
-    commands, project: Path, tmp_path: Path
-) -> None:
-    done = run_job(commands(), project, tmp_path)
+def test_the_ci_gate_passes_a_good_pull_and_publishes_its_report(project: Path, tmp_path: Path) -> None:
+    done = run_job(github_commands(), project, tmp_path)
     assert [step.returncode for step in done] == [0, 0, 0], [
         step.stdout[-600:] + step.stderr[-600:] for step in done
     ]
