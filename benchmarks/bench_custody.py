@@ -247,6 +247,31 @@ def main() -> None:
         f"  threads vs sha256sum -c       {medians['sha256sum -c'] / medians['threads']:8.2f}x  (target >= 4x)"
     )
 
+    # A second audit inside the trust boundary, as users run it: after verify, the custody gate of each
+    # capsule in its own session, hashes from the stat-keyed cache, against the seed-style check again.
+    capsules = sorted(
+        path for path in (root / "export").iterdir() if path.is_dir() and path.name != ".partial"
+    )
+    reaudit, again = [], []
+    for _ in range(args.repeats):
+        again.append(measure(baseline)[0])
+        started = time.perf_counter()
+        for capsule in capsules:
+            subprocess.run(
+                [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-c", os.devnull,
+                 "--run", str(capsule), "--runaudit-root", str(root), "-m", "custody",
+                 "--runaudit-report-format", "json"],
+                cwd=root, capture_output=True, check=True,
+            )  # fmt: skip
+        reaudit.append(time.perf_counter() - started)
+    print("\n[cached re-audit: pytest --run=<id> -m custody per capsule, after verify]  median s")
+    print(f"  baseline                      {statistics.median(again):8.2f}")
+    print(f"  runaudit re-audit             {statistics.median(reaudit):8.2f}")
+    print(
+        f"  ratio re-audit/baseline       {statistics.median(reaudit) / statistics.median(again):8.2f}  "
+        "(target <= 0.6)"
+    )
+
     cache_root = base / "cache-boundary"
     shutil.rmtree(cache_root, ignore_errors=True)
     first = timed(lambda: hash_files(files, cache=HashCache(cache_root)))

@@ -577,12 +577,13 @@ def _snapshot(*tops: Path) -> dict[bytes, tuple[Any, ...]]:
 
 
 def _allowed(path: bytes, project: Path) -> bool:
-    """The report folder, and the hash cache with the folders that hold it."""
+    """The report folder, and the regenerable caches (hashes, checkpoint inspections) with their folders."""
     root = os.fsencode(project)
     reports = os.path.join(root, b"reports")
     cache = os.path.join(root, *map(os.fsencode, HASH_CACHE))
+    inspections = os.path.join(os.path.dirname(cache), b"inspections.json")
     holders = {os.path.dirname(cache), os.path.dirname(os.path.dirname(cache))}
-    return path in {reports, cache, *holders} or path.startswith(reports + b"/")
+    return path in {reports, cache, inspections, *holders} or path.startswith(reports + b"/")
 
 
 def _changes(before: dict[bytes, Any], after: dict[bytes, Any], project: Path) -> list[str]:
