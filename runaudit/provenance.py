@@ -66,7 +66,9 @@ def _user_script() -> Path | None:
         return None
     script = Path(sys.argv[0]).resolve()
     installed = {
-        Path(path).resolve() for key in ("purelib", "platlib", "stdlib", "scripts") if (path := sysconfig.get_path(key))
+        Path(path).resolve()
+        for key in ("purelib", "platlib", "stdlib", "scripts")
+        if (path := sysconfig.get_path(key))
     }
     if not script.is_file() or any(script.is_relative_to(folder) for folder in installed):
         return None

@@ -4,6 +4,7 @@ The lines ending in ``# runaudit`` are the whole cost of adopting the writer (te
 them). Usage: ``python wine_loop.py ROOT RUN_ID [--epochs N] [--crash-after E] [--seal]``.
 """
 
+# fmt: off  (one statement per line: the test counts the lines that adopt the writer)
 import argparse
 
 import numpy as np
