@@ -4,7 +4,8 @@ The lines ending in ``# runaudit`` are the whole cost of adopting the writer (te
 them). Usage: ``python wine_loop.py ROOT RUN_ID [--epochs N] [--crash-after E] [--seal]``.
 """
 
-# fmt: off  (one statement per line: the test counts the lines that adopt the writer)
+# One statement per line: tests/test_writer.py counts the lines that adopt the writer.
+# fmt: off
 import argparse
 
 import numpy as np
