@@ -62,6 +62,17 @@ def _locked(folder: Path) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
+def missing_gate_modules(active: Path) -> list[str]:
+    """The modules the closure audits import that this interpreter cannot find: torch only when a ``.pth``
+    is to be sealed (a safetensors capsule is audited without it)."""
+    from importlib.util import find_spec
+
+    wanted = ["pyarrow", "jsonschema", "numpy", "PIL", "yaml"]
+    if any((active / name).suffix == ".pth" and (active / name).is_file() for name in SEALED):
+        wanted.append("torch")
+    return [name for name in wanted if find_spec(name) is None]
+
+
 def seal_bindings(draft: dict[str, Any], candidate: Path, root: Path) -> dict[str, Any]:
     """The producer's declaration plus the identity hashes of the bytes being sealed.
 
@@ -124,6 +135,13 @@ def close_run(root: Path, run_id: str, *, log: Callable[[str], None] = lambda li
         raise CloseError(f"close {run_id}: {active / 'run.json'} is not valid JSON ({exc})") from None
     if not isinstance(draft, dict):
         raise CloseError(f"close {run_id}: {active / 'run.json'} must hold a JSON object")
+    missing = missing_gate_modules(active)
+    if missing:
+        raise CloseError(
+            f"close {run_id}: this interpreter ({sys.executable}) cannot run the closure audits: no module "
+            f"named {', '.join(missing)}. That is the environment, not the run: nothing was sealed or "
+            "quarantined; install runaudit's dependencies there (on a box: --python names the interpreter)"
+        )
 
     with _locked(exports):
         if candidate.exists():
@@ -140,7 +158,13 @@ def close_run(root: Path, run_id: str, *, log: Callable[[str], None] = lambda li
 
         log(f"close {run_id}: auditing the candidate at {candidate}")
         report, output = run_suite(candidate, root, modules=CLOSURE_GATES, args=("-m", "custody"))
-        problems = [output] if report is None else failures(report)
+        if report is None:  # no verdict at all: the harness or the environment broke, not the capsule
+            shutil.rmtree(candidate)  # a copy; active/<id> is untouched
+            raise CloseError(
+                f"close {run_id}: the closure audits wrote no report ({output.strip().splitlines()[-1:] or ['no output']}"
+                "); nothing was sealed or quarantined"
+            )
+        problems = failures(report)
         if not problems and final.exists():
             problems = [f"{final} appeared while the candidate was audited; it is never overwritten"]
         if problems:

@@ -5,7 +5,10 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -144,3 +147,28 @@ def test_refusals_are_one_line(
     lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith("runaudit close: error:") and named in lines[0], lines
     assert tree_digest(root) == before
+
+
+def test_an_interpreter_without_torch_is_an_environment_error_not_a_quarantine(
+    root: Path, tmp_path: Path
+) -> None:
+    """Found on a box: closing with a Python that lacked torch quarantined a good run as if it were bad."""
+    hidden = tmp_path / "site"
+    hidden.mkdir()
+    (hidden / "sitecustomize.py").write_text(
+        "import sys\nsys.modules['torch'] = None  # as if not installed\n"
+    )
+    before = tree_digest(root / "active" / RUN_ID)
+    done = subprocess.run(
+        [sys.executable, "-m", "runaudit", "close", RUN_ID, "--root", str(root)],
+        env={**os.environ, "PYTHONPATH": str(hidden)},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 2, done.stdout + done.stderr
+    said = done.stderr.strip().splitlines()
+    assert len(said) == 1 and "no module named torch" in said[0] and "--python" in said[0], said
+    assert tree_digest(root / "active" / RUN_ID) == before
+    assert not (root / "export" / RUN_ID).exists() and not (root / "export" / ".partial" / RUN_ID).exists()
+    assert quarantined(root) == []
