@@ -11,16 +11,7 @@ import pytest
 from runaudit.platforms import builtin_dir
 
 RUN = "r1"
-FULL_BUDGET = (
-    "--budget",
-    "disk=1M",
-    "--budget",
-    "files=100",
-    "--budget",
-    "memory=64M",
-    "--budget",
-    "workers=2",
-)
+FULL_BUDGET = ("--runaudit-budget", "disk=1M", "files=100", "memory=64M", "workers=2")  # as README shows it
 
 
 @pytest.fixture
@@ -211,6 +202,7 @@ def test_the_profile_interpreter_and_detach_primitive_are_checked(
     [
         (("--budget", "disk=lots"), "--budget disk=lots: 'lots' is not a size"),
         (("--budget", "ram=1G"), "--budget ram: unknown"),
+        (("--budget", "disk=1M", "elsewhere/"), "--budget 'elsewhere/': expected KEY=VALUE"),
         (("--runaudit-profile", "hetzner"), "profile 'hetzner': no such profile"),
         (("--override", "DATA_DIR=/x"), "--override needs --runaudit-profile"),
     ],
