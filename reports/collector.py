@@ -130,6 +130,12 @@ class VerdictReport:
                 "session": session_end(session, exitstatus),
             },
         )
+        stem = document.report_stem(self.run.run_id)
+        folder = self.report_dir
+        earlier = document.earlier_verdicts(folder / f"{stem}.json", doc)
+        if earlier:
+            doc["verdicts"] = document.merge_verdicts(earlier, doc["verdicts"])
+            document.derive(doc)
         self.teardown = doc["teardown"]
         partial = any(item["gate_class"] == "custody" for item in doc["verdicts"]) and not doc["custody_ok"]
         if (
@@ -138,8 +144,6 @@ class VerdictReport:
             and exitstatus == pytest.ExitCode.OK
         ):
             session.exitstatus = pytest.ExitCode.TESTS_FAILED  # a subset of the gate must not read as a pass
-        stem = document.report_stem(self.run.run_id)
-        folder = self.report_dir
         self.written = [write_json_atomic(folder / f"{stem}.json", doc)]
         if self.writes_page:
             self.written.append(write_bytes_atomic(folder / f"{stem}.html", self._page(doc)))

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import runaudit
+from runaudit.clock import attempt_id
 from runaudit.reports import facts
 from runaudit.reports.receipt import binding_receipt
 from runaudit.run import Run
@@ -59,22 +60,63 @@ def environment() -> dict[str, Any]:
     }
 
 
-def _local_custody(verdicts: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
-    """Custody verdicts reached here.
+def _local_custody(doc: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """Custody verdicts reached here, by this document's own session.
 
     A box's own custody audits (merged by ``runaudit audit``) judged the box's bytes, not the local copy
-    a teardown would leave behind.
+    a teardown would leave behind; and a verdict an earlier local session left in the report judged the
+    bytes as they were then: neither may complete a gate this session ran only in part.
     """
+    session = doc.get("session")  # None in a report written before reports were cumulative
     return [
-        item for item in verdicts if item["gate_class"] == "custody" and item.get("where", "local") == "local"
+        item
+        for item in doc["verdicts"]
+        if item["gate_class"] == "custody"
+        and item.get("where", "local") == "local"
+        and item.get("session") == session
     ]
+
+
+def earlier_verdicts(path: Path, doc: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """The verdicts of the report already at ``path`` when it is a readable report of the same run (same
+    id and capsule path), else none: a damaged or foreign file there is replaced, never merged."""
+    from runaudit.manifest import load_json
+    from runaudit.reports.schema import report_problems
+    from runaudit.safeio import JSON_CAP, read_regular
+
+    try:
+        found = load_json(read_regular(path, JSON_CAP))
+    except (OSError, ValueError):
+        return []
+    if not isinstance(found, dict) or report_problems(found):
+        return []
+    if (found.get("run_id"), found.get("run_path")) != (doc["run_id"], doc["run_path"]):
+        return []
+    return list(found["verdicts"])
+
+
+def merge_verdicts(
+    earlier: Iterable[Mapping[str, Any]], arrived: Iterable[Mapping[str, Any]]
+) -> list[dict[str, Any]]:
+    """A report's verdicts are cumulative: an arrived verdict replaces the earlier one of the same audit,
+    subject and place (``where``); every other earlier verdict stays, with where and when it ran."""
+    fresh = [dict(item) for item in arrived]
+    replaced = {(item["audit"], item["subject"], item.get("where", "local")) for item in fresh}
+    kept = [
+        dict(item)
+        for item in earlier
+        if (item["audit"], item["subject"], item.get("where", "local")) not in replaced
+    ]
+    return sorted(
+        [*kept, *fresh], key=lambda item: (item["audit"], item["subject"], item.get("where", "local"))
+    )
 
 
 def custody_gaps(doc: Mapping[str, Any]) -> list[str]:
     """Custody audits that did not reach a verdict on every subject the run gives them."""
     expected: Mapping[str, int] = (doc.get("custody_gate") or {}).get("expected", {})
     reached = Counter(
-        audit for audit, _ in {(item["audit"], item["subject"]) for item in _local_custody(doc["verdicts"])}
+        audit for audit, _ in {(item["audit"], item["subject"]) for item in _local_custody(doc)}
     )
     return [
         f"{audit} ({reached.get(audit, 0)} of {count})"
@@ -89,7 +131,7 @@ def custody_ok(doc: Mapping[str, Any]) -> bool:
     A gate that checked nothing fails; so does one that checked a subset (``-k``, ``--deselect``, explicit
     paths), or a session that ended early (Ctrl-C, ``-x``, an internal error, a crashed worker).
     """
-    custody = _local_custody(doc["verdicts"])
+    custody = _local_custody(doc)
     complete = (doc.get("custody_gate") or {}).get("session") == SESSION_COMPLETED and not custody_gaps(doc)
     return bool(custody) and complete and all(Verdict(item["verdict"]).holds for item in custody)
 
@@ -105,7 +147,7 @@ def teardown(doc: Mapping[str, Any]) -> dict[str, str]:
             "answer": "no",
             "reason": f"{doc['run_id']} is live in active/: close it, pull it and verify it first",
         }
-    custody = _local_custody(doc["verdicts"])
+    custody = _local_custody(doc)
     if not custody:
         return {"answer": "no", "reason": "no custody audit ran here (pytest --run=<id> -m custody)"}
     broken = sorted({item["audit"] for item in custody if not Verdict(item["verdict"]).holds})
@@ -187,6 +229,7 @@ def build(
     custody_gate: Mapping[str, Any],
 ) -> dict[str, Any]:
     headlines, headline_problems = facts.headline_metrics(run)
+    session = attempt_id()
     doc = {
         "schema_version": SCHEMA_VERSION,
         "run_id": run.run_id,
@@ -194,6 +237,7 @@ def build(
         "run_path": str(run.path),
         "origin": run.origin,
         "started_utc": started_utc,
+        "session": session,
         "harness_version": runaudit.__version__,
         "command": ["pytest", *args],
         "invocation_dir": str(invocation_dir),
@@ -201,7 +245,10 @@ def build(
         "strict": strict,
         "environment": environment(),
         "run_context": facts.run_context(run),
-        "verdicts": sorted(map(_verdict, records), key=lambda item: (item["audit"], item["subject"])),
+        "verdicts": sorted(
+            ({**_verdict(record), "when": started_utc, "session": session} for record in records),
+            key=lambda item: (item["audit"], item["subject"]),
+        ),
         "custody_gate": dict(custody_gate),
         "receipt": binding_receipt(run),
         "tests": facts.declared_tests(run),

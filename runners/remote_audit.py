@@ -3,7 +3,8 @@
 pytest never opens SSH itself: this verb runs ``python -m pytest --run RUN_ID`` on the box (so the
 live and preflight audits read the box's own files, ``/proc`` and GPUs), fetches the JSON report over
 SFTP, and merges its verdicts into ``<root>/reports/<run-id>.json`` locally, each one labelled with
-``where`` it ran. Verdicts from another place are kept; those from the same box are replaced.
+``where`` it ran. Reports are cumulative: a verdict replaces only the earlier one of the same audit,
+subject and place.
 """
 
 from __future__ import annotations
@@ -29,12 +30,11 @@ PYTEST_EXITS = {0: "every audit held", 1: "some audits did not hold"}
 
 
 def merge(local: Mapping[str, Any] | None, remote: Mapping[str, Any], where: str) -> dict[str, Any]:
-    """The local report with the box's verdicts (labelled ``where``) replacing any earlier ones from it."""
-    arrived = [{**item, "where": where} for item in remote["verdicts"]]
+    """The local report with the box's verdicts (labelled ``where``): each replaces the earlier verdict of
+    its audit and subject from that box, and every other earlier verdict stays."""
+    arrived = [{"when": remote.get("started_utc"), **item, "where": where} for item in remote["verdicts"]]
     base = dict(local) if local is not None else dict(remote)
-    kept = [item for item in (local or {}).get("verdicts", []) if item.get("where", "local") != where]
-    verdicts = sorted([*kept, *arrived], key=lambda item: (item["audit"], item["subject"], item["where"]))
-    base["verdicts"] = verdicts
+    base["verdicts"] = document.merge_verdicts((local or {}).get("verdicts", []), arrived)
     return document.derive(base)  # summary, custody_ok and the teardown answer follow the merged verdicts
 
 

@@ -1,0 +1,68 @@
+"""Reports are cumulative (issue 16): every verdict is kept with where and when it ran, a newer verdict of
+the same audit, subject and place replacing the older; yet only this session's own custody verdicts can
+answer "safe to tear down?".
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+from runaudit.examples.digits.build import DEMO_RUN_ID
+from runaudit.reports.schema import report_problems
+from runaudit.runners.remote_audit import write_merged
+
+
+def _report(outcome) -> dict:
+    assert outcome.report is not None, outcome.result.stdout.str()[-3000:]
+    assert report_problems(outcome.report) == []
+    return outcome.report
+
+
+def _from_box(report: dict, audits: set[str]) -> dict:
+    """A box's report: the given audits of ``report``, as ``runaudit audit`` fetches it from the box."""
+    remote = copy.deepcopy(report)
+    remote["verdicts"] = [item for item in remote["verdicts"] if item["audit"] in audits]
+    return remote
+
+
+def test_a_local_session_keeps_the_boxes_verdicts(run_audits, demo_project: Path, pytester) -> None:
+    science = _report(run_audits(DEMO_RUN_ID, demo_project, "-m", "science"))
+    reports = pytester.path / "reports"
+    write_merged(reports, DEMO_RUN_ID, _from_box(science, {"history.finite"}), "box-a")
+    custody = _report(run_audits(DEMO_RUN_ID, demo_project, "-m", "custody"))
+    places = {(item["audit"], item["where"]) for item in custody["verdicts"]}
+    assert ("history.finite", "box-a") in places  # the box's verdict survived the local rewrite
+    assert ("history.finite", "local") in places  # and so did the earlier local science session
+    assert ("capsule.ids", "local") in places
+    assert custody["teardown"]["answer"] == "yes", custody["teardown"]
+
+
+def test_a_second_box_audit_keeps_that_boxes_earlier_verdicts(
+    run_audits, demo_project: Path, pytester
+) -> None:
+    science = _report(run_audits(DEMO_RUN_ID, demo_project, "-m", "science"))
+    reports = pytester.path / "reports"
+    (reports / f"{DEMO_RUN_ID}.json").unlink()
+    first = _from_box(science, {"history.finite", "history.loss_bound"})
+    write_merged(reports, DEMO_RUN_ID, first, "box-a")
+    again = _from_box(science, {"history.finite"})
+    for item in again["verdicts"]:
+        item["message"] = "re-run on the box"
+    merged = json.loads(write_merged(reports, DEMO_RUN_ID, again, "box-a").read_text())
+    found = {item["audit"]: item["message"] for item in merged["verdicts"] if item["where"] == "box-a"}
+    assert found["history.finite"] == "re-run on the box"  # replaced by the newer verdict
+    assert "history.loss_bound" in found  # kept: the second audit did not run it
+
+
+def test_a_subset_after_a_whole_gate_is_never_a_yes(run_audits, demo_project: Path) -> None:
+    whole = _report(run_audits(DEMO_RUN_ID, demo_project, "-m", "custody"))
+    assert whole["teardown"]["answer"] == "yes"
+    subset = run_audits(DEMO_RUN_ID, demo_project, "-m", "custody", "-k", "capsule")
+    report = _report(subset)
+    assert report["teardown"]["answer"] == "no" and report["teardown"]["reason"].startswith("incomplete")
+    assert subset.result.ret == 1
+    earlier = [item for item in report["verdicts"] if item["audit"].startswith("manifest.")]
+    assert earlier and {item["session"] for item in earlier} == {whole["session"]} != {report["session"]}
+    assert {item["when"] for item in earlier} == {whole["started_utc"]}  # kept, dated
