@@ -16,7 +16,11 @@ import pytest
 from runaudit.examples.digits.build import DEMO_RUN_ID
 from runaudit.reports.schema import report_problems
 
-VOLATILE = ("started_utc", "command", "reproduce", "invocation_dir")
+VOLATILE = ("started_utc", "session", "command", "reproduce", "invocation_dir")
+SESSION_STAMPS = (
+    "when",
+    "session",
+)  # each verdict's session: equal verdicts of two sessions differ here only
 # Custody and science read the run's own bytes, so every word of their verdicts must match; the smoke gate
 # times the user's code on this CPU, so only its verdicts (not its seconds) must.
 MEASURED_ON_THE_RUN = ("custody", "science")
@@ -24,6 +28,10 @@ MEASURED_ON_THE_RUN = ("custody", "science")
 
 def identity(item: dict[str, Any]) -> tuple[Any, ...]:
     return item["audit"], item["subject"], item["gate_class"], item["verdict"], item["affects"], item["where"]
+
+
+def unstamped(item: dict[str, Any]) -> dict[str, Any]:
+    return {key: value for key, value in item.items() if key not in SESSION_STAMPS}
 
 
 def junit_verdicts(path: Path) -> tuple[set[tuple[str, str, str]], list[str]]:
@@ -85,9 +93,11 @@ def test_the_same_verdicts_come_out_with_and_without_xdist(parity: dict[str, Any
     assert [identity(item) for item in serial["verdicts"]] == [
         identity(item) for item in parallel["verdicts"]
     ]
-    assert [item for item in serial["verdicts"] if item["gate_class"] in MEASURED_ON_THE_RUN] == [
-        item for item in parallel["verdicts"] if item["gate_class"] in MEASURED_ON_THE_RUN
+    measured = [
+        [unstamped(item) for item in report["verdicts"] if item["gate_class"] in MEASURED_ON_THE_RUN]
+        for report in (serial, parallel)
     ]
+    assert measured[0] == measured[1]
     rest = VOLATILE + ("verdicts",)
     assert {key: value for key, value in serial.items() if key not in rest} == {
         key: value for key, value in parallel.items() if key not in rest
