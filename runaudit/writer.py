@@ -56,7 +56,9 @@ from typing import IO, Any, Literal
 
 from runaudit.atomic import fsync_dir, write_atomic, write_bytes_atomic, write_json_atomic
 from runaudit.ids import is_safe_id
+from runaudit.manifest import load_json
 from runaudit.provenance import determinism, environment, source_identity
+from runaudit.safeio import JSON_CAP, read_regular
 from runaudit.scoring import Metric, RunFacts, TestWriter, as_numpy
 from runaudit.usage import WriterError
 
@@ -89,6 +91,8 @@ HISTORY_REQUIRED = ("epoch", "step", "train_loss")
 RESERVED_STATE_KEYS = frozenset({"model", "epoch", "step", "selection"})
 SELECTION_CAP = 100  # docs/capsule.md §7: K = min(100, n_test)
 STATE_FILE = ".writer-state.json"
+STATE_HINT = "it is the writer's bookkeeping of this run: restore it, or start a new run id"
+HISTORY_CAP = 1 << 30  # train.csv of a long step-level run; past this the file is not the writer's
 LOCK_FILE = ".writer.lock"
 
 
@@ -166,7 +170,10 @@ class _History:
         """The rows already written, keeping those up to ``upto_step`` (the last checkpoint's)."""
         if not self.path.is_file():
             return
-        text = self.path.read_bytes().decode("utf-8")
+        try:
+            text = read_regular(self.path, HISTORY_CAP).decode("utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise WriterError(f"{self.path}: the run's train.csv cannot be continued ({exc})") from None
         complete = text if text.endswith("\n") else text[: text.rfind("\n") + 1]  # a torn last row
         reader = csv.DictReader(io.StringIO(complete))
         self.columns = list(reader.fieldnames or [])
@@ -362,14 +369,19 @@ class RunWriter:
 
     def _restore(self) -> None:
         state_path = self.folder / STATE_FILE
-        saved: dict[str, Any] = json.loads(state_path.read_bytes()) if state_path.is_file() else {}
+        saved = _saved_state_file(state_path) if os.path.lexists(state_path) else {}
         if saved.get("suffix", self.suffix) != self.suffix:
             raise WriterError(
                 f"run {self.run_id}: its checkpoints are {saved['suffix']} files; resume with the same format"
             )
         for name in ("best", "latest"):
             if isinstance(saved.get(name), dict):
-                setattr(self, name, _Lineage(**saved[name]))
+                try:
+                    setattr(self, name, _Lineage(**saved[name]))
+                except TypeError:
+                    raise WriterError(
+                        f"{state_path}: its {name} record is not the writer's; {STATE_HINT}"
+                    ) from None
         self.best_written_without_metric = bool(saved.get("best_without_metric"))
         self.tests = dict(saved.get("tests", {}))
         self.selections = dict(saved.get("selections", {}))
@@ -801,6 +813,17 @@ class RunWriter:
 
 
 # -- small conversions ---------------------------------------------------------------------------------
+
+
+def _saved_state_file(path: Path) -> dict[str, Any]:
+    """The writer's own bookkeeping of a run it is resuming; anything else there is one line, never a guess."""
+    try:
+        saved = load_json(read_regular(path, JSON_CAP))
+    except (OSError, ValueError) as exc:
+        raise WriterError(f"{path}: unreadable ({exc}); {STATE_HINT}") from None
+    if not isinstance(saved, dict):
+        raise WriterError(f"{path}: expected the writer's JSON object; {STATE_HINT}")
+    return saved
 
 
 def _metric(item: Metric | str) -> Metric:

@@ -236,3 +236,20 @@ def test_tied_weights_save_as_safetensors_and_load_back(writer: RunWriter) -> No
     assert torch.equal(loaded["embed.weight"], loaded["head.weight"])
     assert torch.equal(loaded["head.weight"], embedding.weight.detach())
     run.release()
+
+
+@pytest.mark.parametrize(
+    ("name", "data", "said"),
+    [
+        (".writer-state.json", b"{torn", "unreadable"),
+        (".writer-state.json", b'{"best": {"epoch": 1}}', "not the writer's"),
+        ("train.csv", b"epoch,step,train_loss\n\xff\xfe\n", "cannot be continued"),
+    ],
+)
+def test_a_damaged_run_folder_is_one_line_when_reopened(
+    writer: RunWriter, name: str, data: bytes, said: str
+) -> None:
+    writer.release()
+    (writer.folder / name).write_bytes(data)
+    with pytest.raises(WriterError, match=said):
+        _open(writer.root)
