@@ -625,6 +625,12 @@ class RunWriter:
         ids = [str(item) for item in sample_ids]
         if not ids or len(set(ids)) != len(ids):
             raise WriterError(f"test {test_id}: sample_ids must be non-empty and unique ({len(ids)} given)")
+        unsafe = [item for item in ids if not is_safe_id(item)]
+        if unsafe:  # a selected sample names its render file: an id, never a path (docs/capsule.md §2)
+            raise WriterError(
+                f"test {test_id}: {len(unsafe)} sample id(s) are not safe ids (^[A-Za-z0-9][A-Za-z0-9._-]*$), "
+                f"e.g. {unsafe[0]!r}"
+            )
         chosen_id = selection_id or f"{self.split.split_id}-{split}"
         _checked_id("selection id", chosen_id)
         selected = self._selection(chosen_id, ids, selection_seed)

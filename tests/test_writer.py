@@ -253,3 +253,12 @@ def test_a_damaged_run_folder_is_one_line_when_reopened(
     (writer.folder / name).write_bytes(data)
     with pytest.raises(WriterError, match=said):
         _open(writer.root)
+
+
+@pytest.mark.parametrize("hostile", ["../outside", "a/b", ".hidden", ""])
+def test_a_sample_id_that_would_name_a_path_is_refused(writer: RunWriter, hostile: str) -> None:
+    ids = [*_scored_writer(writer)[:3], hostile]
+    with pytest.raises(WriterError, match="not safe ids|non-empty"):
+        writer.test(sample_ids=ids)
+    assert not (writer.folder / "test").exists() and not (writer.folder.parent / "outside.png").exists()
+    assert not any(writer.folder.glob(".staging-*"))
