@@ -160,9 +160,10 @@ def close_run(root: Path, run_id: str, *, log: Callable[[str], None] = lambda li
         report, output = run_suite(candidate, root, modules=CLOSURE_GATES, args=("-m", "custody"))
         if report is None:  # no verdict at all: the harness or the environment broke, not the capsule
             shutil.rmtree(candidate)  # a copy; active/<id> is untouched
+            said = output.strip().splitlines()
             raise CloseError(
-                f"close {run_id}: the closure audits wrote no report ({output.strip().splitlines()[-1:] or ['no output']}"
-                "); nothing was sealed or quarantined"
+                f"close {run_id}: the closure audits wrote no report ({said[-1] if said else 'no output'}); "
+                "nothing was sealed or quarantined"
             )
         problems = failures(report)
         if not problems and final.exists():
