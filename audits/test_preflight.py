@@ -272,22 +272,22 @@ def _cuda_problems(audit: AuditRecorder) -> list[str]:
 
 
 def test_durable_writable(run: Run, preflight: Preflight, audit: AuditRecorder) -> None:
-    """Fails unless a 4 KiB probe file can be exclusively created, fsynced, read back and removed in each
-    durable folder, and ``export/.partial`` and ``export/`` sit on one filesystem (closing is an atomic
-    rename).
+    """Fails unless a 4 KiB probe file can be exclusively created, fsynced, read back and removed in the
+    project root (``--runaudit-root``; ``--remote-root`` on a box: where ``active/`` and ``export/`` will
+    be written) and in each durable folder of the profile, and ``export/.partial`` and ``export/`` sit on
+    one filesystem (closing is an atomic rename). Discloses when ``active/`` and ``export/`` do not (closing
+    must then copy the capsule instead of linking it).
     """
     durable = [place for place in places(run, preflight.profile) if place.role == "durable"]
-    targets = [place for place in durable if place.path is not None]
-    if not targets:
-        audit.not_applicable("; ".join(place.note for place in durable))
+    targets = [place.path for place in durable if place.path is not None]
+    if run.root not in targets:
+        targets.insert(0, run.root)
     problems = []
-    for place in targets:
-        if place.path is None:  # targets keeps the places that have a path
-            raise RuntimeError(f"the {place.role} place without a path reached the check")
-        if not place.path.is_dir():
-            problems.append(f"{place.path} does not exist ({place.note}): is the durable mount there?")
+    for folder in targets:
+        if not folder.is_dir():
+            problems.append(f"{folder} does not exist: is the durable mount there?")
             continue
-        probe = place.path / f".runaudit-probe-{secrets.token_hex(4)}"
+        probe = folder / f".runaudit-probe-{secrets.token_hex(4)}"
         payload = secrets.token_bytes(PROBE_BYTES)
         try:
             descriptor = os.open(probe, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
@@ -299,7 +299,7 @@ def test_durable_writable(run: Run, preflight: Preflight, audit: AuditRecorder) 
             if probe.read_bytes() != payload:
                 problems.append(f"{probe} read back other bytes than were written")
         except OSError as exc:
-            problems.append(f"{place.path}: cannot create and write a file ({exc.strerror})")
+            problems.append(f"{folder}: cannot create and write a file ({exc.strerror})")
         finally:
             probe.unlink(missing_ok=True)
     exports = [run.root / "export", run.root / "export" / ".partial"]
@@ -307,9 +307,16 @@ def test_durable_writable(run: Run, preflight: Preflight, audit: AuditRecorder) 
         problems.append(
             "export/.partial and export/ are on different filesystems: closing would not be atomic"
         )
-    audit.evidence(durable=[str(place.path) for place in targets])
+    audit.evidence(durable=[str(folder) for folder in targets])
     audit.require(not problems, f"run {run.run_id}: {'; '.join(problems)}")
-    audit.note(f"wrote, read back and removed a probe in {', '.join(str(place.path) for place in targets)}")
+    audit.note(f"wrote, read back and removed a probe in {', '.join(str(folder) for folder in targets)}")
+    apart = [run.root / "active", run.root / "export"]
+    if all(folder.is_dir() for folder in apart) and len({folder.stat().st_dev for folder in apart}) > 1:
+        audit.disclose(
+            "active/ and export/ are on different filesystems: closing copies the capsule (it needs as "
+            "much free space again in export/) instead of linking it (docs/capsule.md §1)",
+            affects=["runaudit close"],
+        )
 
 
 def test_detach_available(run: Run, preflight: Preflight, audit: AuditRecorder) -> None:

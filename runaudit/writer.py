@@ -40,7 +40,6 @@ imported only to save or load a ``.pth``; safetensors only for ``.safetensors``.
 from __future__ import annotations
 
 import csv
-import fcntl
 import hashlib
 import io
 import json
@@ -61,6 +60,7 @@ from runaudit.provenance import determinism, environment, source_identity
 from runaudit.safeio import JSON_CAP, read_regular
 from runaudit.scoring import Metric, RunFacts, TestWriter, as_numpy
 from runaudit.usage import WriterError
+from runaudit.workspace import LOCK_FILE, touch_heartbeat, try_lock
 
 __all__ = [
     "Dataset",
@@ -93,7 +93,6 @@ SELECTION_CAP = 100  # docs/capsule.md §7: K = min(100, n_test)
 STATE_FILE = ".writer-state.json"
 STATE_HINT = "it is the writer's bookkeeping of this run: restore it, or start a new run id"
 HISTORY_CAP = 1 << 30  # train.csv of a long step-level run; past this the file is not the writer's
-LOCK_FILE = ".writer.lock"
 
 
 class SealRefused(WriterError):
@@ -308,7 +307,7 @@ class RunWriter:
         self.best: _Lineage | None = None
         self.latest: _Lineage | None = None
         self.best_written_without_metric = False
-        self._lock: IO[str] | None = None
+        self._lock: IO[bytes] | None = None
         self._finished = False
 
         if (self.root / "export" / run_id).exists():
@@ -324,18 +323,21 @@ class RunWriter:
         except BaseException:
             self.release()
             raise
+        touch_heartbeat(self.folder)
 
     # -- opening and resuming --------------------------------------------------------------------------
 
     def _acquire(self) -> None:
-        handle = (self.folder / LOCK_FILE).open("a")
         try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            handle.close()
+            handle = try_lock(self.folder)
+        except OSError as exc:
             raise WriterError(
-                f"run {self.run_id}: another process is writing {self.folder}; one writer per run"
+                f"run {self.run_id}: cannot lock {self.folder / LOCK_FILE}: {exc.strerror}"
             ) from None
+        if handle is None:
+            raise WriterError(
+                f"run {self.run_id}: another process is writing or closing {self.folder}; one writer per run"
+            )
         self._lock = handle
 
     def release(self) -> None:
@@ -453,6 +455,13 @@ class RunWriter:
         if "resume" in values:
             raise WriterError(f"run {self.run_id}: train.csv's resume column is the writer's to set")
         self.history.append({"epoch": epoch, "step": step, "train_loss": train_loss, **values})
+        touch_heartbeat(self.folder)
+
+    def heartbeat(self) -> None:
+        """Say "still alive" between logged rows: call it inside an epoch longer than `runaudit watch`'s
+        --stall-after (it only touches ``.heartbeat``; no row is written)."""
+        self._open_for_writing()
+        touch_heartbeat(self.folder)
 
     def checkpoint(
         self,

@@ -97,6 +97,16 @@ def add_box_arguments(parser: argparse.ArgumentParser, *, required: bool = True)
     )
 
 
+def add_workdir_argument(parser: argparse.ArgumentParser) -> None:
+    """One meaning for every verb that runs something on the box: the pushed code's folder, where the
+    command runs and whose modules shadow any installed copy (it goes first on PYTHONPATH)."""
+    parser.add_argument(
+        "--workdir",
+        help="folder on the box holding the pushed code: the command runs there and imports from it first "
+        "(default: run in --remote-root, import what is installed)",
+    )
+
+
 def endpoint_from_args(args: argparse.Namespace, profile: Profile | None) -> Endpoint:
     known_hosts = args.known_hosts or (profile.known_hosts if profile else None) or Path("~/.ssh/known_hosts")
     user = args.user or ((profile.setting("SSH_USER").value() or "") if profile else "")

@@ -1,8 +1,11 @@
 """Close a run (docs/capsule.md §1): active → export/.partial → audits → one atomic rename, or quarantine.
 
-Nothing is deleted and nothing is overwritten: ``active/<id>`` is copied, never moved; a sealed
-``export/<id>`` is never replaced; a candidate that fails its custody audits moves whole to
-``quarantine/<id>--<attempt-id>/`` with ``QUARANTINE_REASON.txt`` and the audit report beside it.
+No byte is written twice on one filesystem: the candidate hard-links the sealed files of ``active/<id>``
+(a copy happens only when ``export/`` is on another filesystem, and only after checking it fits). Nothing
+is overwritten: a sealed ``export/<id>`` is never replaced; a candidate that fails its custody audits
+moves whole to ``quarantine/<id>--<attempt-id>/`` with ``QUARANTINE_REASON.txt`` and the audit report
+beside it, and ``active/<id>`` stays as it was, so the run can be fixed and closed again. Once sealed,
+the sealed names leave ``active/<id>``: the workspace can never rewrite a sealed byte through a shared inode.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from runaudit.manifest import load_json
 from runaudit.runners.suite import failures, run_suite
 from runaudit.safeio import JSON_CAP, read_regular
 from runaudit.usage import Refusal, existing_dir
+from runaudit.workspace import LOCK_FILE, try_lock
 
 CLOSURE_GATES = ("test_capsule.py", "test_checkpoint.py")
 # Every checkpoint format a role may take is copied (best.pth or best.safetensors, docs/capsule.md §2); a
@@ -35,6 +39,7 @@ CLOSURE_GATES = ("test_capsule.py", "test_checkpoint.py")
 SEALED = ("config.yaml", "train.csv", *CHECKPOINT_FILES)
 REASON_FILE = "QUARANTINE_REASON.txt"
 REPORT_FILE = "AUDIT_REPORT.json"
+COPY_MARGIN_BYTES = 64 << 20
 
 
 class CloseError(Refusal):
@@ -107,6 +112,100 @@ def quarantine(candidate: Path, root: Path, run_id: str, reason: str, report: di
     return target
 
 
+def _sealed_entries(active: Path) -> list[str]:
+    """The top-level names of ``active/<id>`` that enter the capsule, as they are on disk: a symlink or a
+    special file in a sealed name is carried as itself (and fails the closure audits), never followed."""
+    return [name for name in (*SEALED, "test") if os.path.lexists(active / name)]
+
+
+def _can_link(active: Path, candidate: Path) -> bool:
+    """Whether the sealed files can be hard-linked into the candidate: the same filesystem, and one that
+    allows it (some network and FUSE filesystems refuse hard links)."""
+    if os.stat(active).st_dev != os.stat(candidate).st_dev:
+        return False
+    probe = candidate / ".link-probe"
+    try:
+        os.link(active / "run.json", probe, follow_symlinks=False)
+    except OSError:
+        return False
+    probe.unlink()
+    return True
+
+
+def _bytes_below(folder: Path, names: list[str]) -> int:
+    total = 0
+    for name in names:
+        path = folder / name
+        if path.is_dir() and not path.is_symlink():
+            total += sum(item.lstat().st_size for item in path.rglob("*"))
+        else:
+            total += path.lstat().st_size
+    return total
+
+
+def require_room(needed: int, free: int, where: Path) -> None:
+    """A copy across filesystems starts only when it fits with room to spare (runaudit's own report and
+    the sealed run.json come after it): a copy that fills the disk would stop the run's own writes too."""
+    margin = max(COPY_MARGIN_BYTES, needed // 100)
+    if needed + margin > free:
+        raise CloseError(
+            f"{where} is on another filesystem than active/, so closing must copy {needed / 2**20:.1f} MiB there, "
+            f"and it has {free / 2**20:.1f} MiB free (needed with margin: {(needed + margin) / 2**20:.1f} MiB); "
+            "nothing was copied. Free space there, or keep export/ beside active/ (a rename needs no space)"
+        )
+
+
+def _place(active: Path, candidate: Path, names: list[str], *, link: bool) -> None:
+    """Hard-link (same filesystem: no second copy of any byte) or copy the sealed entries into the candidate."""
+    transfer: Callable[[str, str], object] = os.link if link else shutil.copy2
+    for name in names:
+        source, target = active / name, candidate / name
+        if source.is_dir() and not source.is_symlink():
+            shutil.copytree(source, target, symlinks=True, copy_function=transfer)
+        elif link:
+            os.link(source, target, follow_symlinks=False)
+        else:
+            shutil.copy2(source, target, follow_symlinks=False)
+
+
+def _release_sealed_names(active: Path, final: Path) -> int:
+    """Unlink from ``active/<id>`` every sealed name that still shares its inode with the capsule, so that the
+    workspace can never rewrite a sealed byte (a ``torch.save`` over ``active/<id>/best.pth`` truncates the
+    file it names). The bytes stay in ``export/<id>``; ``latest.pth`` and everything unsealed stay put."""
+    released = 0
+    for sealed in sorted(final.rglob("*"), reverse=True):  # files before the folders that hold them
+        twin = active / sealed.relative_to(final)
+        try:
+            if sealed.is_dir() and not sealed.is_symlink():
+                if twin.is_dir() and not twin.is_symlink() and not any(twin.iterdir()):
+                    twin.rmdir()
+                continue
+            mine, theirs = sealed.lstat(), twin.lstat()
+        except FileNotFoundError:
+            continue
+        if (mine.st_dev, mine.st_ino) == (theirs.st_dev, theirs.st_ino):
+            twin.unlink()
+            released += 1
+    return released
+
+
+def _one_line(exc: OSError) -> str:
+    """An OSError as one line; ``shutil.Error`` carries a list of every file that failed, shown as its first."""
+    if isinstance(exc, shutil.Error) and exc.args and isinstance(exc.args[0], list) and exc.args[0]:
+        source, _, why = exc.args[0][0]
+        more = len(exc.args[0]) - 1
+        return f"{source}: {why}" + (f" (and {more} more)" if more else "")
+    where = f" ({exc.filename})" if exc.filename else ""
+    return f"{exc.strerror or exc}{where}"
+
+
+def _discard(candidate: Path) -> None:
+    """Remove a candidate that was never sealed: links into active/ or copies of it, nothing else."""
+    shutil.rmtree(candidate, ignore_errors=True)
+    if candidate.exists():
+        raise CloseError(f"{candidate} could not be removed; remove it before the next close")
+
+
 def close_run(root: Path, run_id: str, *, log: Callable[[str], None] = lambda line: None) -> CloseResult:
     """Seal ``root/active/<run_id>`` as ``root/export/<run_id>``, or quarantine the attempt."""
     if not is_safe_id(run_id):
@@ -115,8 +214,7 @@ def close_run(root: Path, run_id: str, *, log: Callable[[str], None] = lambda li
     active = root / "active" / run_id
     exports = root / "export"
     final = exports / run_id
-    candidate = exports / ".partial" / run_id
-    if not active.is_dir():
+    if not active.is_dir() or active.is_symlink():
         raise CloseError(f"close {run_id}: {active} does not exist; there is no active run to close")
     if final.exists():
         raise CloseError(
@@ -142,46 +240,72 @@ def close_run(root: Path, run_id: str, *, log: Callable[[str], None] = lambda li
             f"named {', '.join(missing)}. That is the environment, not the run: nothing was sealed or "
             "quarantined; install runaudit's dependencies there (on a box: --python names the interpreter)"
         )
+    try:
+        workspace = try_lock(active)
+    except OSError as exc:
+        raise CloseError(f"close {run_id}: cannot lock {active / LOCK_FILE} ({_one_line(exc)})") from None
+    if workspace is None:
+        raise CloseError(
+            f"close {run_id}: a writer still holds {active} (the training process is running); "
+            "close it once the run has finished"
+        )
+    try:
+        with _locked(exports):
+            return _seal(root, run_id, draft, log)
+    finally:
+        workspace.close()
 
-    with _locked(exports):
-        if candidate.exists():
-            stale = quarantine(candidate, root, run_id, "stale candidate left by an interrupted close", None)
-            log(f"close {run_id}: moved a stale candidate to {stale}")
+
+def _seal(root: Path, run_id: str, draft: dict[str, Any], log: Callable[[str], None]) -> CloseResult:
+    active, exports = root / "active" / run_id, root / "export"
+    final, candidate = exports / run_id, exports / ".partial" / run_id
+    if os.path.lexists(candidate):
+        _discard(candidate)  # never sealed, never read: it held links into active/ or copies of it
+        log(f"close {run_id}: removed a stale candidate left by an interrupted close")
+    names = _sealed_entries(active)
+    try:
         candidate.mkdir(parents=True)
-        for name in SEALED:
-            if (active / name).is_file():
-                shutil.copy2(active / name, candidate / name)
-        if (active / "test").is_dir():
-            shutil.copytree(active / "test", candidate / "test", symlinks=True)
+        link = _can_link(active, candidate)
+        if not link:
+            require_room(_bytes_below(active, names), shutil.disk_usage(candidate).free, exports)
+            log(f"close {run_id}: export/ is on another filesystem; copying the sealed files")
+        _place(active, candidate, names, link=link)
         write_json_atomic(candidate / "run.json", seal_bindings(draft, candidate, root))
         fsync_dir(candidate)
+    except OSError as exc:
+        _discard(candidate)
+        raise CloseError(
+            f"close {run_id}: building the candidate failed: {_one_line(exc)}; nothing was sealed or "
+            f"quarantined and {active} is untouched"
+        ) from None
 
-        log(f"close {run_id}: auditing the candidate at {candidate}")
-        report, output = run_suite(candidate, root, modules=CLOSURE_GATES, args=("-m", "custody"))
-        if report is None:  # no verdict at all: the harness or the environment broke, not the capsule
-            shutil.rmtree(candidate)  # a copy; active/<id> is untouched
-            said = output.strip().splitlines()
-            raise CloseError(
-                f"close {run_id}: the closure audits wrote no report ({said[-1] if said else 'no output'}); "
-                "nothing was sealed or quarantined"
-            )
-        problems = failures(report)
-        if not problems and final.exists():
-            problems = [f"{final} appeared while the candidate was audited; it is never overwritten"]
-        if problems:
-            reason = f"close {run_id} refused at {utc_now()}: {len(problems)} closure audit(s) did not pass\n"
-            reason += "".join(f"- {line}\n" for line in problems)
-            target = quarantine(candidate, root, run_id, reason, report)
-            return CloseResult(run_id, False, target, reason, report)
-        os.rename(candidate, final)
-        fsync_dir(exports)
-    assert report is not None  # no report is a problem, and problems were returned above
+    log(f"close {run_id}: auditing the candidate at {candidate}")
+    report, output = run_suite(candidate, root, modules=CLOSURE_GATES, args=("-m", "custody"))
+    if report is None:  # no verdict at all: the harness or the environment broke, not the capsule
+        _discard(candidate)
+        said = output.strip().splitlines()
+        raise CloseError(
+            f"close {run_id}: the closure audits wrote no report ({said[-1] if said else 'no output'}); "
+            "nothing was sealed or quarantined"
+        )
+    problems = failures(report)
+    if not problems and final.exists():
+        problems = [f"{final} appeared while the candidate was audited; it is never overwritten"]
+    if problems:
+        reason = f"close {run_id} refused at {utc_now()}: {len(problems)} closure audit(s) did not pass\n"
+        reason += "".join(f"- {line}\n" for line in problems)
+        target = quarantine(candidate, root, run_id, reason, report)
+        return CloseResult(run_id, False, target, reason, report)
+    os.rename(candidate, final)
+    fsync_dir(exports)
+    released = _release_sealed_names(active, final)
+    log(f"close {run_id}: {released} sealed file(s) left {active}; they live on only in {final}")
     passed = sum(1 for item in report["verdicts"] if item["verdict"] == "passed")
     return CloseResult(run_id, True, final, f"{passed} closure audits passed", report)
 
 
 def _main(args: argparse.Namespace) -> int:
-    result = close_run(args.root, args.run_id, log=lambda line: print(line, file=sys.stderr))
+    result = close_run(args.root or Path.cwd(), args.run_id, log=lambda line: print(line, file=sys.stderr))
     if result.sealed:
         print(f"close {result.run_id}: sealed {result.path} ({result.reason})")
         return 0
@@ -193,5 +317,5 @@ def _main(args: argparse.Namespace) -> int:
 def add_verb(verbs: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = verbs.add_parser("close", help="seal active/<id> as export/<id> once the closure audits pass")
     parser.add_argument("run_id", metavar="RUN_ID")
-    parser.add_argument("--root", type=existing_dir, default=Path.cwd(), help="project root (default: .)")
+    parser.add_argument("--root", type=existing_dir, help="project root (default: .; without --host)")
     parser.set_defaults(handler=_main)

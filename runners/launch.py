@@ -8,8 +8,9 @@ and what the wrapper writes: ``pid`` (with its ``/proc`` start time, so identity
 
 The wrapper runs in a tmux session on a socket private to the project root; without tmux it falls back
 to ``setsid nohup ... </dev/null``. The command never reads stdin. ``launch`` returns once the alive
-probe (at most ``--alive-timeout``, default 60 s) sees the process alive *and* its first output or a
-``train.csv`` write from this attempt, or reports the failure with the log's last lines.
+probe (at most ``--alive-timeout``, default 60 s) sees the run's own sign of life from this attempt (a
+``train.csv`` row, or ``active/<id>/.heartbeat`` touched by the writer), or the job ends; a start-up
+crash is reported with its exit code and the log's last lines.
 """
 
 from __future__ import annotations
@@ -27,10 +28,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from runaudit.clock import attempt_id, utc_now
-from runaudit.runners.box import Box, add_box_arguments, box_from_args, require_run_id
+from runaudit.runners.box import Box, add_box_arguments, add_workdir_argument, box_from_args, require_run_id
 from runaudit.runners.ssh import Remote, TransportError
 from runaudit.runners.watch import PROGRESS_FILE, classify, probe
 from runaudit.usage import Refusal
+from runaudit.workspace import HEARTBEAT_FILE
 
 ALIVE_TIMEOUT_S = 60.0
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -45,7 +47,7 @@ echo "$$ $(sed 's/^.*) //' /proc/$$/stat 2>/dev/null | cut -d' ' -f20)" >"$A/pid
 finish() {{ printf '%s\\n' "$1" >"$A/exit_code.tmp" && mv "$A/exit_code.tmp" "$A/exit_code"; exit "$1"; }}
 set -a; . "$A/env" >>"$A/log" 2>&1 || finish 98; set +a; rm -f "$A/env"
 {hook}cd {workdir} >>"$A/log" 2>&1 || finish 96
-{command} </dev/null >>"$A/log" 2>&1
+{pythonpath}{command} </dev/null >>"$A/log" 2>&1
 finish $?
 """
 
@@ -103,7 +105,7 @@ def env_file_text(values: Mapping[str, str]) -> str:
 
 
 def job_script(
-    box: Box, run_id: str, attempt: str, attempt_dir: str, workdir: str, command: Sequence[str]
+    box: Box, run_id: str, attempt: str, attempt_dir: str, workdir: str | None, command: Sequence[str]
 ) -> str:
     hook_setting = box.profile.setting("PROXY_HOOK").value() if box.profile else None
     hook = ""
@@ -121,7 +123,10 @@ def job_script(
         attempt=attempt,
         attempt_dir=shlex.quote(attempt_dir),
         hook=hook,
-        workdir=shlex.quote(workdir),
+        workdir=shlex.quote(workdir or str(box.root)),
+        pythonpath=f"export PYTHONPATH={shlex.quote(workdir)}${{PYTHONPATH:+:$PYTHONPATH}}\n"
+        if workdir
+        else "",
         command=shlex.join(command),
     )
 
@@ -164,29 +169,42 @@ def _start(remote: Remote, box: Box, detach: str, session: str, script: str) -> 
         raise Refusal(f"launch: starting the job with {detach} failed: {started.tail()}")
 
 
+def sign_of_life(signals: Mapping[str, str]) -> str | None:
+    """What shows that this attempt's run itself is alive, or None: a ``train.csv`` row or a heartbeat
+    written since the attempt started. Log output is not one: a job that prints its usage error and dies
+    writes a log too."""
+    started = int(signals.get("started", "0") or 0)
+    if (
+        int(signals.get("progress_rows", "0") or 0) > 0
+        and int(signals.get("progress_mtime", "0") or 0) >= started
+    ):
+        return f"train.csv has {signals['progress_rows']} row(s)"
+    if int(signals.get("heartbeat_mtime", "0") or 0) >= started > 0:
+        return f"its heartbeat ({HEARTBEAT_FILE}) was touched"
+    return None
+
+
 def _alive_probe(
     remote: Remote, box: Box, run_id: str, *, timeout_s: float, progress_file: str
 ) -> tuple[str, str, float]:
-    """Poll live signals until the job shows progress, ends, or the time is up."""
+    """Poll live signals until the run shows its own sign of life, ends, or the grace is over."""
     began = time.monotonic()
     while True:
         signals = probe(remote, box, run_id, progress_file=progress_file)
         state, reason = classify(signals)
         waited = time.monotonic() - began
-        started = int(signals.get("started", "0") or 0)
-        progressed = (
-            int(signals.get("log_bytes", "0") or 0) > 0
-            or int(signals.get("progress_mtime", "0") or 0) >= started
-        )
-        if state in ("finished", "dead"):
-            last = signals.get("log_last", "")
-            return state, f"{reason}; last log line: {last}" if last else reason, waited
-        if state == "running" and progressed:
-            return state, f"{reason}; first output: {signals.get('log_last', '(train.csv written)')}", waited
+        tail = signals.get("log_tail", "")
+        if state == "dead":
+            return state, f"start-up failed: {reason}; log tail: {tail or '(empty log)'}", waited
+        if state == "finished":
+            return state, f"{reason}; log tail: {tail}" if tail else reason, waited
+        if state == "running" and (alive := sign_of_life(signals)):
+            return state, f"{reason}; {alive}", waited
         if waited >= timeout_s:
             return (
-                "no-progress",
-                f"{reason}, but no output or train.csv write within {timeout_s:.0f} s",
+                "no-sign-of-life",
+                f"{reason}, but no train.csv row and no heartbeat within {timeout_s:.0f} s "
+                f"(raise --alive-timeout for a slow start); log tail: {tail or '(empty log)'}",
                 waited,
             )
         time.sleep(1.0)
@@ -232,7 +250,7 @@ def launch(
         remote.write_file(f"{attempt_dir}/env", env_file_text(values).encode(), mode=0o600)
         remote.write_file(
             script,
-            job_script(box, run_id, attempt, attempt_dir, workdir or str(box.root), command).encode(),
+            job_script(box, run_id, attempt, attempt_dir, workdir, command).encode(),
             mode=0o700,
         )
         tmux_session = session if used == "tmux" else None
@@ -300,7 +318,7 @@ def add_verb(verbs: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     )
     parser.add_argument("run_id", metavar="RUN_ID")
     add_box_arguments(parser)
-    parser.add_argument("--workdir", help="folder on the box to run in (default: --remote-root)")
+    add_workdir_argument(parser)
     parser.add_argument(
         "--env", action="append", default=[], metavar="NAME", help="forward this local variable (by name)"
     )
@@ -313,7 +331,8 @@ def add_verb(verbs: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         type=float,
         default=ALIVE_TIMEOUT_S,
         metavar="SECONDS",
-        help="how long the alive probe waits for first progress (default: %(default)s)",
+        help="how long the alive probe waits for a train.csv row or the writer's heartbeat "
+        "(default: %(default)s)",
     )
     parser.add_argument(
         "--progress-file", default=PROGRESS_FILE, help="default: %(default)s under --remote-root"

@@ -114,12 +114,21 @@ def build_manifest(
     return target
 
 
-def _main(args: argparse.Namespace) -> int:
+def roster_from_args(args: argparse.Namespace) -> list[str]:
+    """The roster from ``--roster FILE`` or ``--runs ID ...`` (exactly one of them), checked here."""
+    if args.runs:
+        return parse_roster("\n".join(args.runs), "--runs")
     try:
         text = args.roster.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise ManifestError(f"cannot read the roster {args.roster}: {exc}") from None
-    roster = parse_roster(text, str(args.roster))
+    return parse_roster(text, str(args.roster))
+
+
+def _main(args: argparse.Namespace) -> int:
+    if args.root is None:
+        raise ManifestError("manifest needs --root (the project root here), or --host and --remote-root")
+    roster = roster_from_args(args)
     build_manifest(args.root.resolve(), roster, args.pull_id, node=args.node, log=lambda line: print(line))
     return 0
 
@@ -128,8 +137,10 @@ def add_verb(verbs: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     parser = verbs.add_parser(
         "manifest", help="write the producer's PULL_MANIFEST.json from an explicit roster"
     )
-    parser.add_argument("--root", type=existing_dir, required=True, help="project root on the producer")
-    parser.add_argument("--roster", type=Path, required=True, help="file: one run id per line, # comments")
+    parser.add_argument("--root", type=existing_dir, help="project root on the producer (without --host)")
+    listed = parser.add_mutually_exclusive_group(required=True)
+    listed.add_argument("--roster", type=Path, help="file: one run id per line, # comments")
+    listed.add_argument("--runs", nargs="+", metavar="RUN_ID", help="the roster as run ids")
     parser.add_argument("--pull-id", required=True)
     parser.add_argument("--node", help="producer node name (default: this host's name)")
     parser.set_defaults(handler=_main)

@@ -21,7 +21,7 @@ from runaudit.atomic import write_bytes_atomic, write_json_atomic
 from runaudit.options import REPORT_DIR_OPTION, ROOT_OPTION, RUN_OPTION
 from runaudit.reports import document, html
 from runaudit.reports.document import report_stem
-from runaudit.runners.box import Box, add_box_arguments, box_from_args, require_run_id
+from runaudit.runners.box import Box, add_box_arguments, add_workdir_argument, box_from_args, require_run_id
 from runaudit.runners.remote_close import NOT_INSTALLED, python_on_box
 from runaudit.runners.ssh import Remote, transport_failure
 from runaudit.usage import Refusal, existing_dir
@@ -123,7 +123,7 @@ def add_verb(verbs: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     )
     parser.add_argument("run_id", metavar="RUN_ID")
     add_box_arguments(parser)
-    parser.add_argument("--workdir", help="the pushed code on the box (put on PYTHONPATH)")
+    add_workdir_argument(parser)
     parser.add_argument(
         "--root", type=existing_dir, default=Path.cwd(), help="local project root (default: .)"
     )

@@ -22,10 +22,12 @@ from dataclasses import asdict, dataclass, field
 from runaudit.runners.box import Box, add_box_arguments, box_from_args, require_run_id
 from runaudit.runners.ssh import UNKNOWN_STATE, Remote, TransportError
 from runaudit.usage import Refusal
+from runaudit.workspace import HEARTBEAT_FILE
 
 STALL_AFTER_S = 1800.0
 EXIT_STATUS = {"running": 0, "finished": 0, "stalled": 1, "dead": 1, "unknown": 3}
 PROGRESS_FILE = "active/{run_id}/train.csv"
+JOINED = {"gpu": "; ", "log_tail": " | "}  # signals printed once per GPU or per log line
 
 # POSIX sh, read-only: prints key=value lines and a final sentinel so a truncated answer is detectable.
 PROBE = r"""
@@ -51,7 +53,9 @@ fi
 if [ -f "$A/log" ]; then
   echo "log_mtime=$(stat -c %Y "$A/log")"; echo "log_bytes=$(stat -c %s "$A/log")"
   echo "log_last=$(tail -n 1 "$A/log" | tr -d '\r' | cut -c1-300)"
+  tail -n 5 "$A/log" | tr -d '\r' | cut -c1-300 | sed 's/^/log_tail=/'
 fi
+[ -f "$H" ] && echo "heartbeat_mtime=$(stat -c %Y "$H")"
 if [ -f "$P" ]; then
   echo "progress_mtime=$(stat -c %Y "$P")"; echo "progress_rows=$(($(wc -l < "$P") - 1))"
   echo "progress_last=$(tail -n 1 "$P" | tr -d '\r' | cut -c1-300)"
@@ -82,14 +86,21 @@ def parse_signals(text: str) -> dict[str, str]:
     for line in text.splitlines():
         key, sep, value = line.partition("=")
         if sep and key.isidentifier():
-            signals[key] = f"{signals[key]}; {value}" if key == "gpu" and key in signals else value
+            joined = key in signals and key in JOINED
+            signals[key] = f"{signals[key]}{JOINED[key]}{value}" if joined else value
     return signals
 
 
 def probe_command(box: Box, run_id: str, progress_file: str) -> str:
     progress = progress_file.format(run_id=run_id)
     progress_path = progress if progress.startswith("/") else box.path(progress)
-    bindings = {"S": box.run_state(run_id), "SOCK": box.tmux_socket, "P": progress_path, "R": str(box.root)}
+    bindings = {
+        "S": box.run_state(run_id),
+        "SOCK": box.tmux_socket,
+        "P": progress_path,
+        "H": box.path("active", run_id, HEARTBEAT_FILE),
+        "R": str(box.root),
+    }
     return "".join(f"{name}={shlex.quote(value)}\n" for name, value in bindings.items()) + PROBE
 
 
@@ -114,7 +125,9 @@ def classify(signals: Mapping[str, str], *, stall_after_s: float = STALL_AFTER_S
     if alive in ("yes", "unverified") or (alive is None and exit_code is None and session == "yes"):
         # Only writes made by this attempt count: train.csv from an earlier attempt is history.
         writes = [
-            value for key in ("log_mtime", "progress_mtime") if (value := _int(signals, key)) is not None
+            value
+            for key in ("log_mtime", "progress_mtime", "heartbeat_mtime")
+            if (value := _int(signals, key)) is not None
         ]
         age = now - max([value for value in writes if value >= started], default=started)
         what = f"pid {signals['pid']} alive" if "pid" in signals else "starting (tmux session present)"

@@ -6,9 +6,12 @@ import copy
 import hashlib
 import json
 import os
+import resource
 import shutil
 import subprocess
 import sys
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -16,6 +19,7 @@ import pytest
 from runaudit.cli import main
 from runaudit.examples.digits.build import produce
 from runaudit.examples.digits.train import DEFAULT_CONFIG
+from runaudit.runners.close import CloseError, require_room
 
 RUN_ID = "digits-e2"
 
@@ -55,6 +59,14 @@ def close(root: Path, run_id: str = RUN_ID) -> int:
     return main(["close", run_id, "--root", str(root)])
 
 
+def refusals(stderr: str) -> list[str]:
+    """The error lines of a refused close; progress lines (``close <id>: ...``) may come before them, and
+    any other line (a traceback, a list of every file) fails the test."""
+    lines = [line for line in stderr.splitlines() if line.strip()]
+    assert all(line.startswith(("runaudit close: error:", f"close {RUN_ID}: ")) for line in lines), lines
+    return [line for line in lines if line.startswith("runaudit close: error:")]
+
+
 def quarantined(root: Path) -> list[Path]:
     folder = root / "quarantine"
     return sorted(folder.iterdir()) if folder.is_dir() else []
@@ -63,6 +75,9 @@ def quarantined(root: Path) -> list[Path]:
 def test_close_seals_the_run_with_its_bindings(root: Path, capsys: pytest.CaptureFixture[str]) -> None:
     active = root / "active" / RUN_ID
     before = tree_digest(active)
+    inodes = {
+        rel: (active / rel).stat().st_ino for rel in ("best.pth", "last.pth", "test/main/results.parquet")
+    }
     assert close(root) == 0
     sealed = root / "export" / RUN_ID
     assert f"close {RUN_ID}: sealed {sealed}" in capsys.readouterr().out
@@ -75,11 +90,17 @@ def test_close_seals_the_run_with_its_bindings(root: Path, capsys: pytest.Captur
     assert selection["sha256"] == sha256_of(
         root / "_trust" / "selections" / f"{selection['selection_id']}.json"
     )
-    # latest.pth is the resume anchor of active/ and never enters a capsule; the rest is copied byte for byte.
+    # latest.pth is the resume anchor of active/ and never enters a capsule; the rest is sealed byte for byte.
     assert not (sealed / "latest.pth").exists()
     for rel in ("config.yaml", "train.csv", "best.pth", "last.pth", "test/main/metrics.json"):
         assert sha256_of(sealed / rel) == before[rel]
-    assert tree_digest(active) == before  # nothing moved out of active/, nothing changed there
+    # Sealed by rename, not by copy: the capsule holds the very inodes trained into active/ (no byte written
+    # twice), and they left active/, so no later write there can reach a sealed byte.
+    assert {rel: (sealed / rel).stat().st_ino for rel in inodes} == inodes
+    assert all((sealed / rel).stat().st_nlink == 1 for rel in inodes)
+    left = tree_digest(active)
+    assert left["latest.pth"] == before["latest.pth"] and left["run.json"] == before["run.json"]
+    assert not {"config.yaml", "train.csv", "best.pth", "last.pth", "test"} & set(left)
     assert not (root / "export" / ".partial" / RUN_ID).exists()
     assert quarantined(root) == []
 
@@ -123,15 +144,127 @@ def test_existing_export_is_refused_before_anything_moves(
     assert quarantined(root) == []
 
 
-def test_stale_candidate_is_quarantined_not_deleted(root: Path) -> None:
+def test_a_stale_candidate_is_removed_not_kept(root: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Found on a box: a retry quarantined the stale copy of an interrupted close, keeping it on a full
+    disk. A candidate was never sealed and never read: it held links into active/ or copies of it."""
     stale = root / "export" / ".partial" / RUN_ID
     stale.mkdir(parents=True)
     (stale / "best.pth").write_bytes(b"half-copied checkpoint from an interrupted close")
     assert close(root) == 0
-    (attempt,) = quarantined(root)
-    assert (attempt / "best.pth").read_bytes() == b"half-copied checkpoint from an interrupted close"
-    assert "stale candidate" in (attempt / "QUARANTINE_REASON.txt").read_text()
-    assert (root / "export" / RUN_ID / "run.json").is_file()
+    assert "removed a stale candidate" in capsys.readouterr().err
+    assert quarantined(root) == []
+    assert (root / "export" / RUN_ID / "run.json").is_file() and not stale.exists()
+
+
+def test_a_run_whose_writer_is_alive_is_not_closed(root: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A trainer still holding active/<id> would keep writing into files being sealed."""
+    active = root / "active" / RUN_ID
+    before = tree_digest(active)
+    with subprocess.Popen(
+        [sys.executable, "-c", HOLD_LOCK, str(active)], stdout=subprocess.PIPE, text=True
+    ) as holder:
+        try:
+            assert holder.stdout is not None and holder.stdout.readline().strip() == "locked"
+            assert close(root) == 2
+        finally:
+            holder.kill()
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert len(lines) == 1 and "a writer still holds" in lines[0], lines
+    assert tree_digest(active) == before
+    assert not (root / "export" / RUN_ID).exists() and quarantined(root) == []
+    assert close(root) == 0  # the kernel dropped the lock with its holder
+
+
+HOLD_LOCK = """
+import sys, time
+from pathlib import Path
+from runaudit.workspace import try_lock
+held = try_lock(Path(sys.argv[1]))
+print("locked" if held else "busy", flush=True)
+time.sleep(120)
+"""
+
+
+def other_filesystem_export(root: Path, tmp_path: Path) -> Path:
+    """``export/`` as a link to a folder on /dev/shm (tmpfs), another filesystem than the test's tmp."""
+    elsewhere = Path(tempfile.mkdtemp(dir="/dev/shm", prefix="runaudit-export-"))
+    assert os.stat(elsewhere).st_dev != os.stat(tmp_path).st_dev, "needs /dev/shm on another filesystem"
+    (root / "export").symlink_to(elsewhere)
+    return elsewhere
+
+
+@pytest.fixture
+def shm_export(root: Path, tmp_path: Path) -> Iterator[Path]:
+    elsewhere = other_filesystem_export(root, tmp_path)
+    yield elsewhere
+    shutil.rmtree(elsewhere, ignore_errors=True)
+
+
+def test_across_filesystems_the_capsule_is_copied_and_active_keeps_its_bytes(
+    root: Path, shm_export: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    active = root / "active" / RUN_ID
+    before = tree_digest(active)
+    assert close(root) == 0
+    assert "another filesystem" in capsys.readouterr().err
+    assert sha256_of(shm_export / RUN_ID / "best.pth") == before["best.pth"]
+    assert tree_digest(active) == before  # copies share no inode, so active/ keeps its own
+    assert not (shm_export / ".partial" / RUN_ID).exists()
+
+
+def test_a_special_file_that_cannot_be_copied_is_one_line_and_nothing_half_sealed(
+    root: Path, shm_export: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Found on a box: a failed copy dumped shutil.Error's list of every file (~70 KB) and left the partial
+    copy holding the disk."""
+    active = root / "active" / RUN_ID
+    os.mkfifo(active / "test" / "main" / "pipe")
+    before = tree_digest(active)
+    assert close(root) == 2
+    (line,) = refusals(capsys.readouterr().err)
+    assert "building the candidate failed" in line and "pipe" in line and len(line) < 600, line
+    assert tree_digest(active) == before
+    assert not (shm_export / ".partial" / RUN_ID).exists() and not (shm_export / RUN_ID).exists()
+    assert quarantined(root) == []
+
+
+@pytest.mark.parametrize("across", [False, True], ids=["linked", "copied"])
+def test_a_disk_that_refuses_writes_mid_close_leaves_nothing_half_sealed(
+    root: Path, tmp_path: Path, across: bool
+) -> None:
+    """The write limit stands in for a full disk: every write past it fails as ENOSPC would, half way through
+    the copy (across filesystems) or at the sealed run.json (same filesystem, where nothing else is written)."""
+    exports = other_filesystem_export(root, tmp_path) if across else root / "export"
+    active = root / "active" / RUN_ID
+    before = tree_digest(active)
+    limit = 200_000 if across else 1_000  # past best.pth, short of last.pth; short of run.json
+
+    def limited() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+    done = subprocess.run(
+        [sys.executable, "-m", "runaudit", "close", RUN_ID, "--root", str(root)],
+        capture_output=True,
+        text=True,
+        check=False,
+        preexec_fn=limited,
+    )
+    try:
+        assert done.returncode == 2, done.stdout + done.stderr
+        (line,) = refusals(done.stderr)
+        assert "building the candidate failed" in line, done.stderr
+        assert tree_digest(active) == before
+        assert not (exports / ".partial" / RUN_ID).exists() and not (exports / RUN_ID).exists()
+        assert quarantined(root) == []
+    finally:
+        if across:
+            shutil.rmtree(exports, ignore_errors=True)
+
+
+def test_a_copy_that_would_not_fit_is_refused_before_a_byte_moves(tmp_path: Path) -> None:
+    with pytest.raises(CloseError, match="nothing was copied"):
+        require_room(needed=10 << 30, free=10 << 30, where=tmp_path)
+    require_room(needed=1 << 30, free=2 << 30, where=tmp_path)  # fits with its margin
 
 
 @pytest.mark.parametrize(

@@ -325,3 +325,36 @@ def test_every_relative_link_in_the_docs_reaches_its_file_and_line() -> None:
             elif match["line"] and int(match["line"]) > len(target.read_text(encoding="utf-8").splitlines()):
                 problems.append(f"{where}: {match['target']} has no line {match['line']}")
     assert not problems, "\n".join(problems)
+
+
+def test_the_box_walkthrough_in_the_readme_parses_as_written(tmp_path: Path) -> None:
+    """Found by a new user: an option as the README showed it (`--budget disk=… files=…`) was refused.
+    Every `runaudit` line of the walkthrough must be accepted by the command line it documents."""
+    import shlex
+
+    from runaudit.cli import build_parser
+
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = text.split("### A run on a rented box, step by step", 1)[1].split("\n## ", 1)[0]
+    box = re.search(r"e\.g\.\s*`([^`]+)`", section)
+    assert box is not None, "the walkthrough shows what $BOX stands for"
+    block = section.split("```bash\n", 1)[1].split("```", 1)[0]
+    commands = [
+        line.split("  #", 1)[0].replace("$BOX", " ".join(box.group(1).split())) for line in block.splitlines()
+    ]
+    home = str(tmp_path)  # where `~` points for this test
+    for line in commands:
+        if line.startswith("mkdir -p "):
+            Path(line.split()[-1].replace("~", home, 1)).mkdir(parents=True)
+    verbs = [
+        [token.replace("~", home, 1) if token.startswith("~") else token for token in shlex.split(line)[1:]]
+        for line in commands
+        if line.startswith("runaudit ")
+    ]
+    assert len(verbs) >= 8
+    parser = build_parser()
+    for argv in verbs:
+        try:
+            parser.parse_args(argv)
+        except SystemExit as exc:
+            raise AssertionError(f"the README's `runaudit {shlex.join(argv)}` is refused") from exc

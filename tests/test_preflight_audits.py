@@ -33,6 +33,12 @@ def profile_file(tmp_path: Path, *, verified: str | None = None, name: str = "cu
     return path
 
 
+def with_profile(run_audits, root: Path, tmp_path: Path, *overrides: str):
+    """The preflight gate under a copy of a built-in profile, with ``--override NAME=VALUE`` for each."""
+    given = [arg for override in overrides for arg in ("--override", override)]
+    return run_audits(RUN, root, "-m", "preflight", "--runaudit-profile", str(profile_file(tmp_path)), *given)
+
+
 def verdicts(outcome) -> dict[str, str]:
     return {item["audit"]: item["verdict"] for item in outcome.report["verdicts"]}
 
@@ -143,7 +149,37 @@ def test_the_profile_places_the_durable_folder_and_an_empty_override_removes_it(
         RUN, live_project, "-m", "preflight", "--runaudit-profile", str(profile), "--override", "DURABLE_DIR="
     )
     item = outcome.find("preflight.durable_writable")[0]
-    assert item["verdict"] == "not_applicable" and "DURABLE_DIR is explicitly none" in item["message"]
+    # No durable folder on the box, but the project root still receives active/ and export/.
+    assert item["verdict"] == "passed" and item["evidence"]["durable"] == [str(live_project)], item
+
+
+def test_the_project_root_is_probed_besides_the_profiles_durable_folder(
+    run_audits, live_project: Path, tmp_path: Path
+) -> None:
+    """Found on a box: durable_writable probed the profile's DURABLE_DIR and never --remote-root, where the
+    run writes active/ and export/."""
+    durable = tmp_path / "durable"
+    durable.mkdir()
+    outcome = with_profile(run_audits, live_project, tmp_path, f"DURABLE_DIR={durable}")
+    item = outcome.find("preflight.durable_writable")[0]
+    assert item["verdict"] == "passed" and item["evidence"]["durable"] == [str(live_project), str(durable)], (
+        item
+    )
+
+
+def test_a_box_is_checked_before_its_run_folder_exists(run_audits, tmp_path: Path) -> None:
+    """Found on a box: the natural order is check the box, then train, but --run refused an id with no folder."""
+    root = tmp_path / "fresh-box"
+    root.mkdir()
+    outcome = run_audits("not-started", root, "-m", "preflight", *FULL_BUDGET)
+    found = verdicts(outcome)
+    assert found["preflight.disk_bytes"] == "passed" and found["preflight.durable_writable"] == "passed"
+    assert not (root / "active").exists()  # checking the box creates no run folder
+    # Any session that reads the run itself still refuses an id found nowhere, in one line naming the way.
+    other = run_audits("not-started", root, "-m", "preflight or custody")
+    assert other.result.ret == pytest.ExitCode.USAGE_ERROR
+    (line,) = [line for line in other.result.stderr.lines if "no run found" in line]
+    assert "-m preflight" in line
 
 
 def test_stale_governing_facts_fail_and_fresh_ones_pass(
@@ -176,17 +212,7 @@ def test_stale_governing_facts_fail_and_fresh_ones_pass(
 def test_the_profile_interpreter_and_detach_primitive_are_checked(
     run_audits, live_project: Path, tmp_path: Path
 ) -> None:
-    profile = profile_file(tmp_path)
-    outcome = run_audits(
-        RUN,
-        live_project,
-        "-m",
-        "preflight",
-        "--runaudit-profile",
-        str(profile),
-        "--override",
-        "PY=/opt/nowhere/python",
-    )
+    outcome = with_profile(run_audits, live_project, tmp_path, "PY=/opt/nowhere/python")
     item = outcome.find("preflight.env_hygiene")[0]
     assert (
         item["verdict"] == "failed" and "the profile's interpreter is /opt/nowhere/python" in item["message"]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -19,6 +20,7 @@ import numpy as np
 import pytest
 import torch
 
+from runaudit.workspace import HEARTBEAT_FILE
 from runaudit.writer import Dataset, Metric, RunWriter, Split, WriterError, open_run
 
 LOOP = Path(__file__).parent / "byo" / "wine_loop.py"
@@ -113,6 +115,17 @@ def test_a_second_writer_is_refused_and_the_first_one_keeps_going(writer: RunWri
     with pytest.raises(WriterError, match="another process is writing"):
         _open(writer.root, "tiny", metrics=["accuracy"])
     writer.log(epoch=1, step=3, train_loss=0.5, val_accuracy=0.5)
+
+
+def test_opening_and_every_row_touch_the_heartbeat_launch_waits_for(writer: RunWriter) -> None:
+    beat = writer.folder / HEARTBEAT_FILE
+    assert beat.is_file()
+    os.utime(beat, (0, 0))
+    writer.log(epoch=1, step=3, train_loss=0.5, val_accuracy=0.5)
+    assert beat.stat().st_mtime > 0
+    os.utime(beat, (0, 0))
+    writer.heartbeat()
+    assert beat.stat().st_mtime > 0
 
 
 def test_reopening_with_another_config_is_refused(writer: RunWriter) -> None:

@@ -74,7 +74,8 @@ def test_with_sshd_stopped_watch_says_unknown_never_dead(
     private = start_sshbox(_fresh(tmp_path / "sshd"))
     try:
         box = private.box(box_root, box_state)
-        started = launch(box, "r1", ["bash", "-c", "echo started; exec sleep 40"], alive_timeout_s=30)
+        alive = 'A="$RUNAUDIT_ROOT/active/$RUNAUDIT_RUN_ID"; mkdir -p "$A" && touch "$A/.heartbeat"; exec sleep 40'
+        started = launch(box, "r1", ["bash", "-c", alive], alive_timeout_s=30)
         assert started.state == "running", started.reason
         private.stop()
         status = watch(box, "r1")

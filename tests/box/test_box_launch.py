@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 import time
 from pathlib import Path
 
@@ -114,3 +115,54 @@ def test_a_failing_mandatory_proxy_hook_stops_the_job_visibly(
     )
     err = capsys.readouterr().err
     assert "dead" in err and "exited with code 97" in err and "PROXY_HOOK failed" in err
+
+
+def test_a_job_that_dies_at_start_is_a_failed_launch_with_its_exit_code_and_log_tail(
+    sshbox: SshBox, box_root: Path, box_state: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Found on a box: launch said "running ... first output: digits: error: ..." and exited 0 for a job
+    that had died; a log line is not a sign of life."""
+    script = (
+        "echo 'loading config'; echo 'digits: error: unrecognized arguments: --epoch' >&2; sleep 1; exit 2"
+    )
+    assert (
+        main(["launch", *sshbox.cli_args(box_root, box_state), "crash-run", "--", "bash", "-c", script]) == 1
+    )
+    out, err = capsys.readouterr()
+    assert out == ""
+    (line,) = [line for line in err.splitlines() if line.startswith("launch crash-run")]
+    assert ": dead after" in line and "start-up failed" in line and "code 2" in line
+    assert "loading config | digits: error: unrecognized arguments" in line
+
+
+def test_output_without_a_train_row_or_heartbeat_is_no_sign_of_life(
+    sshbox: SshBox, box_root: Path, box_state: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = [*sshbox.cli_args(box_root, box_state), "--alive-timeout", "3", "quiet-run"]
+    assert main(["launch", *args, "--", "bash", "-c", "echo starting; sleep 30"]) == 1
+    err = capsys.readouterr().err
+    assert (
+        "no-sign-of-life" in err
+        and "no train.csv row and no heartbeat within 3 s" in err
+        and "starting" in err
+    )
+
+
+def test_a_heartbeat_is_a_sign_of_life_before_the_first_row(
+    sshbox: SshBox, box_root: Path, box_state: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A first epoch can take an hour; the writer touches active/<id>/.heartbeat when it opens the run
+    (tests/test_writer.py), which is what this job does."""
+    script = (
+        "import os, time\n"
+        "from runaudit.workspace import touch_heartbeat\n"
+        "from pathlib import Path\n"
+        "folder = Path(os.environ['RUNAUDIT_ROOT'], 'active', os.environ['RUNAUDIT_RUN_ID'])\n"
+        "folder.mkdir(parents=True)\n"
+        "touch_heartbeat(folder)\n"
+        "time.sleep(20)\n"
+    )
+    args = [*sshbox.cli_args(box_root, box_state), "--alive-timeout", "15", "slow-start"]
+    assert main(["launch", *args, "--", sys.executable, "-c", script]) == 0
+    out = capsys.readouterr().out
+    assert "slow-start" in out and ": running after" in out and "heartbeat (.heartbeat) was touched" in out

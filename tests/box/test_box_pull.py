@@ -18,7 +18,6 @@ from sshbox import CHECKOUT, SshBox
 from runaudit.cli import main
 from runaudit.examples.digits.build import DEMO_RUN_ID
 from runaudit.manifest import MANIFEST, RECEIPT
-from runaudit.runners.remote_close import python_on_box
 from runaudit.runners.ssh import Remote
 
 
@@ -42,26 +41,19 @@ def children_named(pid: int, name: str) -> list[int]:
 
 
 def build_manifest_on_box(sshbox: SshBox, box_root: Path, pull_id: str) -> dict:
-    box = sshbox.box(box_root, box_root / ".state")
-    with Remote(sshbox.endpoint()) as remote:
-        remote.write_file(f"{box_root}/roster-{pull_id}.txt", f"{DEMO_RUN_ID}\n".encode(), mode=0o644)
-        done = remote.run(
-            python_on_box(
-                box,
-                str(CHECKOUT),
-                [
-                    "runaudit",
-                    "manifest",
-                    "--root",
-                    str(box_root),
-                    "--roster",
-                    f"{box_root}/roster-{pull_id}.txt",
-                    "--pull-id",
-                    pull_id,
-                ],
-            )
-        )
-    assert done.ok, done.tail()
+    """``runaudit manifest --host``: found on a box, the user had to hand-write the pinned ssh command."""
+    roster = box_root.parent / f"roster-{pull_id}.txt"  # a local file: the roster travels as run ids
+    roster.write_text(f"# the runs to bring home\n{DEMO_RUN_ID}\n")
+    args = [
+        *sshbox.cli_args(box_root),
+        "--workdir",
+        str(CHECKOUT),
+        "--roster",
+        str(roster),
+        "--pull-id",
+        pull_id,
+    ]
+    assert main(["manifest", *args]) == 0
     return json.loads((box_root / "_trust" / "pulls" / pull_id / MANIFEST).read_text())
 
 
