@@ -26,6 +26,8 @@ VERB_MODULES = (
     "runaudit.runners.push",
     "runaudit.runners.launch",
     "runaudit.runners.watch",
+    # follow adds --follow to watch, and chains the verbs of remote_close.
+    "runaudit.runners.follow",
     "runaudit.runners.remote_audit",
     "runaudit.runners.pull",
     "runaudit.runners.down",

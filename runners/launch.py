@@ -44,6 +44,14 @@ JOB_SCRIPT = """#!/bin/bash
 # runaudit launch: run {run_id}, attempt {attempt}. Written by runaudit; never edit it while it runs.
 A={attempt_dir}
 echo "$$ $(sed 's/^.*) //' /proc/$$/stat 2>/dev/null | cut -d' ' -f20)" >"$A/pid.tmp" && mv "$A/pid.tmp" "$A/pid"
+# Baselines `watch` compares the end against: the boot id (a reboot), the cgroup's OOM-kill count.
+cat /proc/sys/kernel/random/boot_id >"$A/boot_id" 2>/dev/null
+for f in "/sys/fs/cgroup$(sed -n 's/^0::\\(.*\\)$/\\1/p' /proc/$$/cgroup)/memory.events" \\
+         "/sys/fs/cgroup/memory$(sed -n 's/^[0-9]*:memory:\\(.*\\)$/\\1/p' /proc/$$/cgroup)/memory.oom_control" \\
+         /sys/fs/cgroup/memory.events /sys/fs/cgroup/memory/memory.oom_control; do
+  n=$(awk '$1 == "oom_kill" {{print $2}}' "$f" 2>/dev/null)
+  if [ -n "$n" ]; then echo "$f" >"$A/oom_file"; echo "$n" >"$A/oom_start"; break; fi
+done
 finish() {{ printf '%s\\n' "$1" >"$A/exit_code.tmp" && mv "$A/exit_code.tmp" "$A/exit_code"; exit "$1"; }}
 set -a; . "$A/env" >>"$A/log" 2>&1 || finish 98; set +a; rm -f "$A/env"
 {hook}cd {workdir} >>"$A/log" 2>&1 || finish 96

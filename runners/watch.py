@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import shlex
+import signal
 import sys
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
@@ -49,7 +50,7 @@ if [ -f "$A/pid" ]; then
   elif kill -0 "$pid" 2>/dev/null; then echo "alive=unverified"
   else echo "alive=no"; fi
 fi
-[ -f "$A/exit_code" ] && echo "exit_code=$(cat "$A/exit_code")"
+[ -f "$A/exit_code" ] && echo "exit_code=$(cat "$A/exit_code")" && echo "exit_mtime=$(stat -c %Y "$A/exit_code")"
 if [ -f "$A/log" ]; then
   echo "log_mtime=$(stat -c %Y "$A/log")"; echo "log_bytes=$(stat -c %s "$A/log")"
   echo "log_last=$(tail -n 1 "$A/log" | tr -d '\r' | cut -c1-300)"
@@ -60,6 +61,14 @@ if [ -f "$P" ]; then
   echo "progress_mtime=$(stat -c %Y "$P")"; echo "progress_rows=$(($(wc -l < "$P") - 1))"
   echo "progress_last=$(tail -n 1 "$P" | tr -d '\r' | cut -c1-300)"
 fi
+[ -f "$A/boot_id" ] && echo "boot_id_start=$(cat "$A/boot_id")"
+[ -r /proc/sys/kernel/random/boot_id ] && echo "boot_id=$(cat /proc/sys/kernel/random/boot_id)"
+if [ -f "$A/oom_file" ]; then
+  echo "oom_start=$(cat "$A/oom_start")"
+  echo "oom_now=$(awk '$1 == "oom_kill" {print $2}' "$(cat "$A/oom_file")" 2>/dev/null)"
+fi
+[ -f "$A/log" ] && echo "enospc_lines=$(tail -n 200 "$A/log" | grep -c 'No space left on device')"
+xid=$(dmesg 2>/dev/null | grep 'NVRM: Xid' | tail -n 1 | cut -c1-200); [ -n "$xid" ] && echo "xid=$xid"
 df -Pk "$R" 2>/dev/null | awk 'NR==2 {print "disk_avail_kb=" $4; print "disk_used=" $5}'
 df -Pi "$R" 2>/dev/null | awk 'NR==2 {print "inodes_used=" $5}'
 if command -v nvidia-smi >/dev/null 2>&1; then
@@ -136,11 +145,46 @@ def classify(signals: Mapping[str, str], *, stall_after_s: float = STALL_AFTER_S
         if age > stall_after_s:
             return "stalled", f"{what}, but nothing written for {age} s (limit {stall_after_s:.0f} s)"
         return "running", f"{what}, last write {age} s ago"
-    if exit_code is not None:
-        if exit_code.strip() == "0":
-            return "finished", "the wrapper recorded exit code 0"
-        return "dead", f"the job exited with code {exit_code.strip()}"
-    return "dead", "no live process and no exit code recorded (killed with its wrapper, or the box rebooted)"
+    if exit_code is not None and exit_code.strip() == "0":
+        return "finished", "the wrapper recorded exit code 0"
+    return "dead", "; ".join(why_it_ended(signals))
+
+
+def why_it_ended(signals: Mapping[str, str]) -> list[str]:
+    """What ended a run that is not alive and did not exit 0, from the box's own records: the exit code or
+    signal, a reboot (the boot id changed since launch), an OOM kill (the cgroup's oom_kill count rose
+    since launch), a full disk (ENOSPC in the log's tail, and the free space now), a GPU Xid in the
+    kernel log. Each is one clause; the first one says how the job ended."""
+    code = (signals.get("exit_code") or "").strip()
+    if code.isdigit() and int(code) > 128 and _signal_name(int(code) - 128):
+        found = [f"the job was killed by {_signal_name(int(code) - 128)} (exit code {code})"]
+    elif code:
+        found = [f"the job exited with code {code}"]
+    else:
+        found = ["no live process and no exit code recorded (killed with its wrapper, or the box rebooted)"]
+    start, now = signals.get("boot_id_start"), signals.get("boot_id")
+    if start and now and start != now:
+        found.append("the box rebooted since launch (its boot id changed), taking the run with it")
+    oom_start, oom_now = _int(signals, "oom_start"), _int(signals, "oom_now")
+    if oom_start is not None and oom_now is not None and oom_now > oom_start:
+        found.append(
+            f"the kernel's OOM killer fired in the run's cgroup ({oom_now - oom_start} kill(s) since launch): "
+            "lower the batch size or the dataloader workers, or rent more memory"
+        )
+    if (_int(signals, "enospc_lines") or 0) > 0:
+        free = _int(signals, "disk_avail_kb")
+        left = f"; {free / 2**20:.1f} GiB free there now" if free is not None else ""
+        found.append(f"the log reports 'No space left on device'{left}")
+    if signals.get("xid"):
+        found.append(f"the kernel log has a GPU Xid error: {signals['xid']}")
+    return found
+
+
+def _signal_name(number: int) -> str | None:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return None
 
 
 def details(signals: Mapping[str, str]) -> str:
@@ -192,7 +236,8 @@ def add_verb(verbs: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     parser = verbs.add_parser(
         "watch",
         help="one-shot state of a launched run: running, finished, dead, stalled or unknown",
-        description="Exit status: 0 running or finished, 1 dead or stalled, 3 unknown (transport failed).",
+        description="Exit status: 0 running or finished, 1 dead or stalled, 3 unknown (transport failed). "
+        "With --follow it probes again until the run ends and says why it ended.",
     )
     parser.add_argument("run_id", metavar="RUN_ID")
     add_box_arguments(parser)
