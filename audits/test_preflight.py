@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from runaudit import gpu, host
+from runaudit import cadence, gpu, host
 from runaudit.fixtures.preflight import Place, Preflight, places
 from runaudit.fixtures.verdicts import AuditRecorder
 from runaudit.platforms import STALE_AFTER_MONTHS
@@ -388,3 +388,56 @@ def test_profile_stamps(run: Run, preflight: Preflight, audit: AuditRecorder) ->
     audit.note(
         f"{len(governing)} governing fact(s) of {profile.name} verified within {STALE_AFTER_MONTHS} months"
     )
+
+
+def test_checkpoint_cadence(run: Run, preflight: Preflight, audit: AuditRecorder) -> None:
+    """Discloses when the run checkpoints more than 2× off the Young/Daly interval √(2·μ·C) (μ the
+    ``mtbf`` budget, C a save's seconds), and when the profile's spot grace is shorter than one save.
+    C and the interval are measured from the writer's recorded saves while the run trains (else the
+    ``save`` and ``every`` budget keys); not_run without a save time, or without ``mtbf`` when the grace
+    leaves nothing to say.
+    """
+    found = cadence.measured(run.path)
+    save = found.save_s if found.save_s is not None else preflight.budget.save
+    every = found.every_s if found.every_s is not None else preflight.budget.every
+    mtbf = preflight.budget.mtbf
+    grace = preflight.profile.facts.get("spot_grace_s") if preflight.profile else None
+    audit.evidence(save_s=save, every_s=every, saves_measured=found.saves, mtbf_s=mtbf, spot_grace_s=grace)
+    if save is None:
+        audit.not_run(
+            f"no save time: {found.problem}; pass --runaudit-budget save=SECONDS (one checkpoint write)"
+        )
+    findings: list[tuple[str, str]] = []
+    if isinstance(grace, (int, float)) and not isinstance(grace, bool) and save > grace:
+        findings.append(
+            (
+                f"a checkpoint save takes {save:.1f} s but the profile's spot grace is {grace} s: a preemption "
+                "notice leaves no time to save, only the cadence protects the run",
+                "resume after an interruption",
+            )
+        )
+    if mtbf is None:
+        if not findings:
+            audit.not_run(
+                "no interruption rate: pass --runaudit-budget mtbf=DURATION (e.g. 3h between spot reclaims)"
+            )
+        audit.note("no mtbf budget: the cadence was not weighed")
+    else:
+        optimum = cadence.young_daly(mtbf, save)
+        audit.evidence(young_daly_s=round(optimum, 1))
+        if every is None:
+            audit.note(f"checkpoint about every {optimum:.0f} s (Young/Daly, C={save:.1f} s, μ={mtbf:.0f} s)")
+        elif every > optimum * cadence.FAR_OFF or every < optimum / cadence.FAR_OFF:
+            lost, least = cadence.wasted_share(every, mtbf, save), cadence.wasted_share(optimum, mtbf, save)
+            findings.append(
+                (
+                    f"run {run.run_id} checkpoints every {every:.0f} s; Young/Daly gives {optimum:.0f} s for saves "
+                    f"of {save:.1f} s and an interruption every {mtbf:.0f} s: about {lost:.1%} of its time goes "
+                    f"to saving and redoing work, against {least:.1%} at the optimum",
+                    "wall time and cost",
+                )
+            )
+        else:
+            audit.note(f"checkpoints every {every:.0f} s, within 2× of Young/Daly's {optimum:.0f} s")
+    for message, affects in findings:
+        audit.disclose(message, affects=[affects])

@@ -13,6 +13,8 @@ from pathlib import Path
 from typing import IO
 
 LOCK_FILE = ".writer.lock"
+# The writer's bookkeeping of the run (lineage, tests, recent checkpoint saves); runaudit.cadence reads it.
+STATE_FILE = ".writer-state.json"
 # Touched by the writer when it opens a run and at every row it logs (and by RunWriter.heartbeat() inside
 # long epochs): the run's own sign of life, which `runaudit launch` waits for and `watch` ages.
 HEARTBEAT_FILE = ".heartbeat"

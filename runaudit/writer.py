@@ -47,6 +47,7 @@ import math
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -60,7 +61,7 @@ from runaudit.provenance import determinism, environment, source_identity
 from runaudit.safeio import JSON_CAP, read_regular
 from runaudit.scoring import Metric, RunFacts, TestWriter, as_numpy
 from runaudit.usage import WriterError
-from runaudit.workspace import LOCK_FILE, touch_heartbeat, try_lock
+from runaudit.workspace import LOCK_FILE, STATE_FILE, touch_heartbeat, try_lock
 
 __all__ = [
     "Dataset",
@@ -90,7 +91,7 @@ AGGREGATIONS = ("mean", "median", "sum_ratio", "iqm")
 HISTORY_REQUIRED = ("epoch", "step", "train_loss")
 RESERVED_STATE_KEYS = frozenset({"model", "epoch", "step", "selection"})
 SELECTION_CAP = 100  # docs/capsule.md §7: K = min(100, n_test)
-STATE_FILE = ".writer-state.json"
+SAVES_KEPT = 20  # the recent checkpoint saves kept in the state file, for the cadence audit
 STATE_HINT = "it is the writer's bookkeeping of this run: restore it, or start a new run id"
 HISTORY_CAP = 1 << 30  # train.csv of a long step-level run; past this the file is not the writer's
 
@@ -302,6 +303,7 @@ class RunWriter:
         self.entrypoint = entrypoint
         self.source_dir = Path(source_dir) if source_dir is not None else None
         self.declarations: list[dict[str, str]] = []
+        self.saves: list[dict[str, Any]] = []
         self.tests: dict[str, dict[str, Any]] = {}
         self.selections: dict[str, int] = {}
         self.best: _Lineage | None = None
@@ -388,6 +390,7 @@ class RunWriter:
         self.tests = dict(saved.get("tests", {}))
         self.selections = dict(saved.get("selections", {}))
         self.declarations = list(saved.get("declarations", []))
+        self.saves = [item for item in saved.get("saves", []) if isinstance(item, dict)]
         self.history = _History(self.folder / "train.csv")
         self.history.load(self.latest.step if self.latest is not None else None)
 
@@ -400,6 +403,7 @@ class RunWriter:
             "tests": self.tests,
             "selections": self.selections,
             "declarations": self.declarations,
+            "saves": self.saves,
         }
         write_json_atomic(self.folder / STATE_FILE, state)
 
@@ -506,6 +510,7 @@ class RunWriter:
                 )
             self.best_written_without_metric = True
             improves = True
+        began = time.monotonic()
         if improves:
             logged = self.history.value_at(f"val_{self.selection.metric}", epoch, step)
             if (
@@ -529,6 +534,15 @@ class RunWriter:
         anchor = {"model": weights, "epoch": epoch, "step": step, **extra}
         _torch_save(self.folder / "latest.pth", anchor)
         self.latest = _Lineage(epoch, step)
+        # When and how long each save took: preflight.checkpoint_cadence weighs them against the
+        # interruption rate (Young/Daly), while the run trains.
+        saved = {
+            "at": round(time.time(), 3),
+            "seconds": round(time.monotonic() - began, 4),
+            "epoch": epoch,
+            "step": step,
+        }
+        self.saves = [*self.saves, saved][-SAVES_KEPT:]
         self._save_state()
         return improves
 

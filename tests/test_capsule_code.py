@@ -53,7 +53,8 @@ def planted(project: Path, tmp_path: Path) -> tuple[Path, Path]:
     markers.mkdir()
     for folder in PAYLOAD_FOLDERS:
         target = project / folder
-        assert target.is_dir(), f"the demo project has no {folder}/"
+        # A sealed run's test/ left active/ at its close (docs/capsule.md §1); a live run writing its test has one.
+        target.mkdir(parents=True, exist_ok=True)
         marker = markers / _marker_name(folder)
         (target / "conftest.py").write_text(
             f"import pathlib\npathlib.Path({str(marker)!r}).write_text('imported')\n", encoding="utf-8"

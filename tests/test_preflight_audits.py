@@ -58,6 +58,7 @@ def test_a_roomy_machine_passes_the_budgeted_checks(run_audits, live_project: Pa
             "durable_writable",
             "detach_available",
             "profile_stamps",
+            "checkpoint_cadence",
         )
     }
     for name in (
@@ -73,6 +74,7 @@ def test_a_roomy_machine_passes_the_budgeted_checks(run_audits, live_project: Pa
     if shutil.which("nvidia-smi") is None:
         assert found["preflight.gpu_health"] == "not_applicable"
     assert found["preflight.profile_stamps"] == "not_run"  # no --runaudit-profile: nothing to date
+    assert found["preflight.checkpoint_cadence"] == "not_run"  # no save measured, no save= budget
     assert not list((live_project).glob(".runaudit-probe-*"))  # the writable probe cleaned up after itself
     assert outcome.result.ret == 0
 
@@ -239,3 +241,71 @@ def test_bad_preflight_options_are_one_usage_line(
     outcome = run_audits(RUN, live_project, "-m", "preflight", *args)
     assert outcome.result.ret == pytest.ExitCode.USAGE_ERROR
     assert message in outcome.result.stderr.str()
+
+
+@pytest.mark.parametrize(
+    ("budget", "verdict", "said"),
+    [
+        (("mtbf=3h", "save=30s", "every=15m"), "passed", "within 2× of Young/Daly's 805 s"),
+        (("mtbf=3h", "save=30s", "every=4h"), "disclosed", "Young/Daly gives 805 s"),
+        (("mtbf=3h", "save=30s"), "passed", "checkpoint about every 805 s"),
+        (("save=30s",), "not_run", "mtbf=DURATION"),
+    ],
+    ids=["near-optimum", "far-off", "advice", "no-mtbf"],
+)
+def test_the_cadence_is_weighed_against_young_daly(
+    run_audits, live_project: Path, budget: tuple[str, ...], verdict: str, said: str
+) -> None:
+    outcome = run_audits(RUN, live_project, "-m", "preflight", "--runaudit-budget", *budget)
+    item = outcome.find("preflight.checkpoint_cadence")[0]
+    assert item["verdict"] == verdict and said in item["message"], item
+
+
+def test_a_save_longer_than_the_spot_grace_is_disclosed(
+    run_audits, live_project: Path, tmp_path: Path
+) -> None:
+    """RunPod's profile gives a 5 s grace between SIGTERM and SIGKILL; a 30 s save cannot fit in it."""
+    outcome = run_audits(
+        RUN,
+        live_project,
+        "-m",
+        "preflight",
+        "--runaudit-profile",
+        str(profile_file(tmp_path)),
+        "--runaudit-budget",
+        "save=30s",
+    )
+    item = outcome.find("preflight.checkpoint_cadence")[0]
+    assert item["verdict"] == "disclosed" and "spot grace is 5 s" in item["message"], item
+
+
+def test_the_writers_own_saves_are_measured_while_the_run_trains(run_audits, tmp_path: Path) -> None:
+    """A live run written by the writer: C and the interval come from its recorded saves, not from a budget.
+    Saves milliseconds apart are far more often than Young/Daly asks for an interruption every 3 h."""
+    import numpy as np
+    import torch
+
+    from runaudit.writer import Dataset, Metric, Split, open_run
+
+    root = tmp_path / "project"
+    run = open_run(
+        root,
+        "live-run",
+        task="classification",
+        config={"lr": 0.1},
+        metrics=[Metric("accuracy")],
+        data=Dataset.of("toy", "1", np.arange(10)),
+        split=Split("toy-split", "random", 6, 2, 2),
+        seed=0,
+        epochs=3,
+        batch_size=2,
+    )
+    model = torch.nn.Linear(3, 2)
+    for epoch in (1, 2, 3):
+        run.log(epoch=epoch, step=3 * epoch, train_loss=1.0 / epoch, val_accuracy=0.5)
+        run.checkpoint(model, epoch=epoch, step=3 * epoch, value=0.5)
+    run.release()  # still live in active/: preflight runs while it trains
+    outcome = run_audits("live-run", root, "-m", "preflight", "--runaudit-budget", "mtbf=3h")
+    item = outcome.find("preflight.checkpoint_cadence")[0]
+    assert item["verdict"] == "disclosed" and "Young/Daly gives" in item["message"], item
+    assert item["evidence"]["saves_measured"] == 3 and item["evidence"]["every_s"] is not None
