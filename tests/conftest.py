@@ -124,6 +124,7 @@ SLOW_MODULES = frozenset(
         "test_terminal_progress.py",
         "test_capsule_code.py",
         "test_science_demo.py",
+        "test_slurm_sweep.py",
     }
 )
 # Everything else that runs whole audit sessions (pytester) or needs the trained demo project is slow too:

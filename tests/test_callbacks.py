@@ -31,10 +31,12 @@ from runaudit.usage import WriterError
 from runaudit.writer import Dataset, Selection, Split, open_run
 
 # Lightning 2.6 still uses torch's LeafSpec, which torch 2.13 deprecates; the suite's filterwarnings=error
-# would turn that into failures that say nothing about runaudit.
-pytestmark = pytest.mark.filterwarnings(
-    r"ignore:`isinstance\(treespec, LeafSpec\)` is deprecated:FutureWarning"
-)
+# would turn that into failures that say nothing about runaudit. Lightning's PossibleUserWarnings are its
+# advice about the user's setup (one fires wherever Slurm's srun is installed, as on CI for the Slurm test).
+pytestmark = [
+    pytest.mark.filterwarnings(r"ignore:`isinstance\(treespec, LeafSpec\)` is deprecated:FutureWarning"),
+    pytest.mark.filterwarnings("ignore::lightning.fabric.utilities.warnings.PossibleUserWarning"),
+]
 
 LIGHTNING_RUN, HF_RUN = "wine-lightning", "digits-hf"
 CUSTODY_S = 300

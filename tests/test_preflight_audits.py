@@ -33,9 +33,10 @@ def profile_file(tmp_path: Path, *, verified: str | None = None, name: str = "cu
     return path
 
 
-def with_profile(run_audits, root: Path, tmp_path: Path, *overrides: str):
+def with_profile(run_audits, root: Path, tmp_path: Path, *overrides: str, budget: tuple[str, ...] = ()):
     """The preflight gate under a copy of a built-in profile, with ``--override NAME=VALUE`` for each."""
     given = [arg for override in overrides for arg in ("--override", override)]
+    given += ["--runaudit-budget", *budget] if budget else []
     return run_audits(RUN, root, "-m", "preflight", "--runaudit-profile", str(profile_file(tmp_path)), *given)
 
 
@@ -265,16 +266,7 @@ def test_a_save_longer_than_the_spot_grace_is_disclosed(
     run_audits, live_project: Path, tmp_path: Path
 ) -> None:
     """RunPod's profile gives a 5 s grace between SIGTERM and SIGKILL; a 30 s save cannot fit in it."""
-    outcome = run_audits(
-        RUN,
-        live_project,
-        "-m",
-        "preflight",
-        "--runaudit-profile",
-        str(profile_file(tmp_path)),
-        "--runaudit-budget",
-        "save=30s",
-    )
+    outcome = with_profile(run_audits, live_project, tmp_path, budget=("save=30s",))
     item = outcome.find("preflight.checkpoint_cadence")[0]
     assert item["verdict"] == "disclosed" and "spot grace is 5 s" in item["message"], item
 

@@ -1,18 +1,29 @@
 """``python -m runaudit.examples.digits produce --root R --run-id ID``: train (resuming), evaluate, declare.
 
-Seal the result with ``runaudit close ID --root R``.
+Seal the result with ``runaudit close ID --root R``. A SIGTERM (a scheduler's warning, a spot notice)
+stops it after the epoch in progress is checkpointed, with exit status 143; the same command resumes.
 """
 
 from __future__ import annotations
 
 import argparse
 import copy
+import signal
 import sys
 from pathlib import Path
 
 from runaudit.examples.digits.build import produce
-from runaudit.examples.digits.train import DEFAULT_CONFIG
+from runaudit.examples.digits.train import DEFAULT_CONFIG, STOP, Preempted
 from runaudit.writer import WriterError
+
+PREEMPTED_EXIT = 128 + signal.SIGTERM  # what a shell reports for a job that SIGTERM ended
+
+
+def train_command(root: str, run_id: str, *, epochs: int, throttle_s: float = 0.0) -> list[str]:
+    """The command line that trains (or resumes) the demo run ``run_id`` under ``root``, with this Python;
+    ``root`` and ``run_id`` may be a scheduler's placeholders (``{root}``, ``{run_id}``)."""
+    return [sys.executable, "-m", "runaudit.examples.digits", "produce", "--root", root, "--run-id", run_id,
+            "--epochs", str(epochs), "--throttle", str(throttle_s)]  # fmt: skip
 
 
 def main() -> int:
@@ -29,11 +40,15 @@ def main() -> int:
     config["train"].update(
         epochs=args.epochs, seed=args.seed, throttle_s=args.throttle, zero_inputs=args.zero_inputs
     )
+    signal.signal(signal.SIGTERM, lambda number, frame: STOP.set())
     try:
         produce(args.root.resolve(), args.run_id, config, log=lambda line: print(line, flush=True))
     except WriterError as exc:
         print(f"digits: error: {exc}", file=sys.stderr)
         return 2
+    except Preempted as exc:
+        print(f"digits: {exc}", file=sys.stderr)
+        return PREEMPTED_EXIT
     return 0
 
 

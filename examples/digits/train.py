@@ -8,6 +8,7 @@ crash at any point resumes after the last complete checkpoint, with no duplicate
 from __future__ import annotations
 
 import math
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -21,6 +22,20 @@ from runaudit.atomic import write_atomic
 from runaudit.examples.digits import data as digits_data
 from runaudit.examples.digits.model import build
 from runaudit.writer import RunWriter
+
+# Set by a SIGTERM handler that the command line installs (Slurm's --signal warning, a spot notice): the
+# handler only sets it, and the loop stops at the next step boundary, after that epoch's checkpoint. Saving
+# inside the handler could tear a checkpoint the loop is writing.
+STOP = threading.Event()
+
+
+class Preempted(Exception):
+    """Training stopped early on request, after saving; a relaunch of the same command resumes."""
+
+    def __init__(self, epoch: int, step: int) -> None:
+        super().__init__(f"stopped after epoch {epoch} (step {step}) on request; relaunch to resume")
+        self.epoch, self.step = epoch, step
+
 
 DEFAULT_CONFIG: dict[str, Any] = {
     "data": {"dataset": digits_data.DATASET_ID, "split_seed": 0, "val_fraction": 0.2, "test_fraction": 0.2},
@@ -192,5 +207,8 @@ def train(run: RunWriter, config: dict[str, Any], *, log: Callable[[str], None] 
         log(
             f"epoch {epoch}/{settings['epochs']} loss {float(np.mean(losses)):.4f} val_accuracy {val_accuracy:.4f}"
         )
+        if STOP.is_set():  # a scheduler's warning: this epoch is saved, the next start resumes after it
+            log(f"stopping after epoch {epoch} (step {step}): asked to stop; the checkpoint is saved")
+            raise Preempted(epoch, step)
         if settings["throttle_s"]:
-            time.sleep(settings["throttle_s"])
+            STOP.wait(settings["throttle_s"])

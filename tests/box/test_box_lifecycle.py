@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import csv
 import json
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -14,6 +13,7 @@ import pytest
 from sshbox import CHECKOUT, SshBox
 
 from runaudit.cli import main
+from runaudit.examples.digits.__main__ import train_command
 from runaudit.runners.ssh import Remote
 from runaudit.runners.watch import Status, watch
 
@@ -42,20 +42,7 @@ def test_a_detached_run_survives_ssh_resumes_after_a_kill_and_closes_on_the_box(
     args = sshbox.cli_args(box_root, box_state)
     box = sshbox.box(box_root, box_state)
     code = box_root / "code"
-    train = [
-        sys.executable,
-        "-m",
-        "runaudit.examples.digits",
-        "produce",
-        "--root",
-        str(box_root),
-        "--run-id",
-        RUN,
-        "--epochs",
-        str(EPOCHS),
-        "--throttle",
-        "1.5",
-    ]
+    train = train_command(str(box_root), RUN, epochs=EPOCHS, throttle_s=1.5)
 
     assert main(["push", *args, str(CHECKOUT), "--dest", str(code)]) == 0
     assert "(equal on both sides)" in capsys.readouterr().out
@@ -82,7 +69,7 @@ def test_a_detached_run_survives_ssh_resumes_after_a_kill_and_closes_on_the_box(
         assert remote.run(f"pkill -KILL -P {two_epochs.signals['pid']}").ok
     wait_for(lambda: s if (s := watch(box, RUN)).state == "dead" else None, "the kill to show")
     assert main(["watch", *args, RUN]) == 1
-    assert "dead — the job exited with code 137" in capsys.readouterr().err
+    assert "dead — the job was killed by SIGKILL (exit code 137)" in capsys.readouterr().err
     done_before_kill = len(history(box_root))
     assert 2 <= done_before_kill < EPOCHS
 
