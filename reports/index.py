@@ -20,10 +20,12 @@ from typing import Any
 
 import runaudit
 from runaudit.atomic import write_bytes_atomic
+from runaudit.ledger import cell
 from runaudit.manifest import nesting_problem
 from runaudit.reports.document import INDEX_STEM, REPORT_DEPTH, report_stem
 from runaudit.reports.findings import GATE_ORDER
 from runaudit.reports.schema import report_problems
+from runaudit.roster import read_roster
 from runaudit.usage import Refusal, existing_dir
 from runaudit.verdict import Verdict, printable
 
@@ -153,8 +155,9 @@ def _row(path: Path, document: Mapping[str, Any], columns: Sequence[Column]) -> 
     )
 
 
-def sweep(folder: Path) -> dict[str, Any]:
-    """The index page's model: columns grouped by gate module, one row per report file."""
+def sweep(folder: Path, roster: Sequence[str] = (), root: Path | None = None) -> dict[str, Any]:
+    """The index page's model: columns grouped by gate module, one row per report file, and with a roster
+    one row for each planned cell that has no report, saying where it stands (runaudit.ledger)."""
     reports = read_reports(folder)
     documents = [(path, document) for path, document, _ in reports if document is not None]
     columns = _columns(document for _, document in documents)
@@ -164,6 +167,12 @@ def sweep(folder: Path) -> dict[str, Any]:
         for path, document, problem in reports
         if document is None
     ]
+    reported = {row.run_id for row in rows}
+    unreported = [
+        Row(run_id, None, "", "no", {}, [Cell("", "") for _ in columns], _unreported(root, run_id, folder))
+        for run_id in roster
+        if run_id not in reported
+    ]
     modules = [
         (module, len(list(group))) for module, group in itertools.groupby(columns, key=lambda c: c.module)
     ]
@@ -171,16 +180,24 @@ def sweep(folder: Path) -> dict[str, Any]:
         "folder": str(folder),
         "columns": columns,
         "modules": modules,
-        "rows": sorted(rows, key=lambda row: row.run_id) + broken,
+        "rows": sorted(rows, key=lambda row: row.run_id) + unreported + broken,
         "broken": len(broken),
+        "unreported": len(unreported),
         "harness_version": runaudit.__version__,
     }
 
 
-def write_index(folder: Path, output: Path | None = None) -> tuple[Path, dict[str, Any]]:
+def _unreported(root: Path | None, run_id: str, folder: Path) -> str:
+    state = f" (the cell is {cell(root, run_id, folder).state})" if root is not None else ""
+    return f"planned, but no report{state}: pytest --run={run_id}"
+
+
+def write_index(
+    folder: Path, output: Path | None = None, *, roster: Sequence[str] = (), root: Path | None = None
+) -> tuple[Path, dict[str, Any]]:
     from runaudit.reports import html  # deferred: jinja2 only when a page is written
 
-    model = sweep(folder)
+    model = sweep(folder, roster, root)
     target = output or folder / INDEX_FILE
     return write_bytes_atomic(target, html.render_index(model).encode("utf-8")), model
 
@@ -194,13 +211,14 @@ def _main(args: argparse.Namespace) -> int:
         raise Refusal(f"no report folder at {folder}: run pytest --run=<id> first, or pass --report-dir")
     if not any(folder.glob("*.json")):
         raise Refusal(f"{folder} holds no <run-id>.json report: run pytest --run=<id> first")
-    target, model = write_index(folder, args.output)
+    roster = read_roster(args.roster) if args.roster else []
+    target, model = write_index(folder, args.output, roster=roster, root=args.root.resolve())
     for row in model["rows"]:
         if row.problem:
             print(f"runaudit report-index: {folder / row.run_id}: {row.problem}", file=sys.stderr)
-    runs = len(model["rows"]) - model["broken"]
+    runs = len(model["rows"]) - model["broken"] - model["unreported"]
     print(f"runaudit: wrote {target} ({runs} runs × {len(model['columns'])} audits)")
-    return 1 if model["broken"] else 0
+    return 1 if model["broken"] or model["unreported"] else 0
 
 
 def add_verb(verbs: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -212,4 +230,9 @@ def add_verb(verbs: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "--report-dir", type=existing_dir, help="where the <run-id>.json reports are (default: ROOT/reports)"
     )
     parser.add_argument("--output", type=Path, help="the page to write (default: REPORT_DIR/index.html)")
+    parser.add_argument(
+        "--roster",
+        type=Path,
+        help="the sweep's planned runs (one id per line): each without a report gets a row",
+    )
     parser.set_defaults(handler=_main)

@@ -28,6 +28,8 @@ VERB_MODULES = (
     "runaudit.runners.watch",
     # follow adds --follow to watch, and chains the verbs of remote_close.
     "runaudit.runners.follow",
+    "runaudit.runners.queue",
+    "runaudit.runners.sweep",
     "runaudit.runners.remote_audit",
     "runaudit.runners.pull",
     "runaudit.runners.down",

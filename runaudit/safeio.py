@@ -12,10 +12,15 @@ from __future__ import annotations
 
 import os
 import stat
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from io import FileIO
 from pathlib import Path
+from typing import TypeVar
+
+from runaudit.usage import Refusal
+
+T = TypeVar("T")
 
 # Contract documents (run.json, metrics.json, manifests, receipts, selections) are kilobytes; a manifest
 # of a large sweep is a few MiB. Anything past these caps is refused rather than parsed.
@@ -82,6 +87,16 @@ def read_regular(path: Path | str, cap: int = JSON_CAP) -> bytes:
 def read_text(path: Path | str, cap: int = TEXT_CAP) -> str:
     """:func:`read_regular` decoded as UTF-8 (a ``UnicodeDecodeError`` is the caller's to report)."""
     return read_regular(path, cap).decode("utf-8")
+
+
+def parse_file(path: Path, cap: int, parse: Callable[[str, str], T], what: str) -> T:
+    """``parse(text, source)`` of the regular UTF-8 file at ``path`` (a list a user wrote: a roster, a
+    queue); one that cannot be read is one :class:`Refusal` line naming ``what`` and why."""
+    try:
+        text = read_text(path, cap)
+    except (OSError, UnicodeDecodeError) as exc:
+        raise Refusal(f"cannot read the {what} {path}: {getattr(exc, 'strerror', None) or exc}") from None
+    return parse(text, str(path))
 
 
 def is_regular(path: Path | str) -> bool:

@@ -19,7 +19,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from runaudit.options import REPORT_DIR_OPTION, ROOT_OPTION, RUN_OPTION
-from runaudit.runners.manifest import parse_roster
+from runaudit.roster import read_roster
 from runaudit.usage import Refusal
 
 KILL_WAIT_S = 30  # Slurm's default KillWait; the warning must leave time for a full checkpoint save
@@ -327,14 +327,10 @@ def job_problems(document: Any, sweep: Sweep) -> list[str]:
 def _main(args: argparse.Namespace) -> int:
     import yaml
 
-    try:
-        text = args.roster.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise Refusal(f"cannot read the roster {args.roster}: {exc}") from None
     command = tuple(args.command[1:] if args.command[:1] == ["--"] else args.command)
     sweep = Sweep(
         name=args.name,
-        roster=tuple(parse_roster(text, str(args.roster))),
+        roster=tuple(read_roster(args.roster)),
         root=PurePosixPath(args.root),
         purpose=args.purpose,
         command=command,

@@ -50,8 +50,8 @@ from runaudit.clock import stamp, utc_text
 from runaudit.ids import is_safe_id
 from runaudit.platforms import Profile
 from runaudit.receipts import RunReceipt, receipt_status
+from runaudit.roster import parse_roster
 from runaudit.runners.box import Box, add_box_arguments, box_from_args
-from runaudit.runners.manifest import parse_roster
 from runaudit.runners.ssh import UNKNOWN_STATE, Remote
 from runaudit.usage import Refusal, existing_dir
 

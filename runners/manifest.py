@@ -17,7 +17,8 @@ from runaudit import manifest as manifests
 from runaudit.atomic import write_json_atomic
 from runaudit.clock import utc_now
 from runaudit.hashing import hash_files, progress_bar
-from runaudit.ids import casefold_collisions, duplicates, is_safe_id
+from runaudit.ids import casefold_collisions, is_safe_id
+from runaudit.roster import parse_roster, read_roster
 from runaudit.usage import Refusal, existing_dir
 
 SCHEMA_VERSION = "runaudit.pull/1"
@@ -26,22 +27,6 @@ IGNORED_IN_EXPORT = (".partial", "hardware")  # closure workspace and hardware c
 
 class ManifestError(Refusal):
     """The manifest was refused; nothing was written."""
-
-
-def parse_roster(text: str, source: str) -> list[str]:
-    """One run id per line; ``#`` starts a comment; blank lines are ignored."""
-    roster = [line.split("#", 1)[0].strip() for line in text.splitlines()]
-    roster = [name for name in roster if name]
-    if not roster:
-        raise ManifestError(f"{source}: the roster is empty; an empty roster proves nothing")
-    unsafe = [name for name in roster if not is_safe_id(name)]
-    if unsafe:
-        raise ManifestError(f"{source}: unsafe run id(s) {unsafe} (expected ^[A-Za-z0-9][A-Za-z0-9._-]*$)")
-    if duplicates(roster):
-        raise ManifestError(f"{source}: run id(s) listed twice: {duplicates(roster)}")
-    if collisions := casefold_collisions(roster):
-        raise ManifestError(f"{source}: run ids collide after case folding: {collisions}")
-    return roster
 
 
 def build_manifest(
@@ -118,11 +103,7 @@ def roster_from_args(args: argparse.Namespace) -> list[str]:
     """The roster from ``--roster FILE`` or ``--runs ID ...`` (exactly one of them), checked here."""
     if args.runs:
         return parse_roster("\n".join(args.runs), "--runs")
-    try:
-        text = args.roster.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ManifestError(f"cannot read the roster {args.roster}: {exc}") from None
-    return parse_roster(text, str(args.roster))
+    return read_roster(args.roster)
 
 
 def _main(args: argparse.Namespace) -> int:

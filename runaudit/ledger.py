@@ -1,0 +1,77 @@
+"""The sweep ledger: where each planned cell of a sweep stands, read from the project root alone.
+
+A cell moves planned → launched → trained → closed → pulled → verified (docs/capsule.md §1): ``active/<id>``
+exists once a writer opened it, its ``run.json`` once training finished, ``export/<id>`` once sealed,
+``runs/<id>`` once pulled, and a current receipt once verified. A cell is flagged when it has no capsule,
+no report, or a report with a failed gate, so that no planned cell is ever silently missing from a sweep.
+The ledger reads only names, a report's verdict counts and the receipt rule; it never loads a capsule.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from runaudit.receipts import run_receipt
+from runaudit.safeio import JSON_CAP, read_regular
+
+STATES = ("planned", "launched", "trained", "closed", "pulled", "verified")
+BAD = ("failed", "error")
+
+
+@dataclass(frozen=True)
+class Cell:
+    run_id: str
+    state: str  # one of STATES
+    quarantined: int  # failed closes kept in quarantine/
+    flags: tuple[str, ...] = field(default=())
+
+    @property
+    def complete(self) -> bool:
+        return self.state == "verified" and not self.flags
+
+
+def _report_flags(reports: Path, run_id: str) -> list[str]:
+    path = reports / f"{run_id}.json"
+    try:
+        document = json.loads(read_regular(path, JSON_CAP))
+    except FileNotFoundError:
+        return ["no report"]
+    except (OSError, ValueError) as exc:
+        return [f"report unreadable ({exc})"]
+    summary = document.get("summary") if isinstance(document, dict) else None
+    if not isinstance(summary, dict):
+        return ["report without a summary"]
+    bad = {verdict: summary.get(verdict) for verdict in BAD if summary.get(verdict)}
+    return (
+        [f"report holds {', '.join(f'{count} {verdict}' for verdict, count in bad.items())}"] if bad else []
+    )
+
+
+def cell(root: Path, run_id: str, reports: Path) -> Cell:
+    """Where ``run_id`` stands under ``root`` (its reports in ``reports``), and what is missing or wrong."""
+    state = "planned"
+    if (root / "active" / run_id).is_dir():
+        state = "launched"
+    if (root / "active" / run_id / "run.json").is_file():
+        state = "trained"
+    sealed = (root / "export" / run_id).is_dir() or (root / "export" / "hardware" / run_id).is_dir()
+    pulled = (root / "runs" / run_id).is_dir() or (root / "runs" / "hardware" / run_id).is_dir()
+    if sealed:
+        state = "closed"
+    if pulled:
+        state = "pulled"
+    if (sealed or pulled) and run_receipt(root, run_id).current:
+        state = "verified"
+    quarantine = root / "quarantine"
+    failed_closes = len(list(quarantine.glob(f"{run_id}--*"))) if quarantine.is_dir() else 0
+    flags = [] if sealed or pulled else ["no capsule"]
+    if failed_closes and not (sealed or pulled):
+        flags.append(f"{failed_closes} close(s) quarantined")
+    flags += _report_flags(reports, run_id)
+    return Cell(run_id, state, failed_closes, tuple(flags))
+
+
+def ledger(root: Path, roster: list[str], reports: Path | None = None) -> list[Cell]:
+    return [cell(root, run_id, reports or root / "reports") for run_id in roster]
