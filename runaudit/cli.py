@@ -36,6 +36,7 @@ VERB_MODULES = (
     "runaudit.runners.cluster",
     "runaudit.runners.index_splits",
     "runaudit.reports.index",
+    "runaudit.reports.table",
 )
 
 

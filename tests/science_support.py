@@ -108,3 +108,41 @@ def verdict(outcome: Any, audit: str, subject: str | None = None) -> dict[str, A
     found = [item for item in outcome.find(audit) if subject is None or item["subject"] == subject]
     assert len(found) == 1, (audit, subject, [item["subject"] for item in outcome.find(audit)])
     return found[0]
+
+
+def declare_sibling(
+    source: Path, project: Path, run_id: str, arm: str, seed: int, accuracy: float, ablated: list[str]
+) -> Path:
+    """A copy of the demo capsule declared as one seed of ``arm`` in comparison group "worked", with its
+    clean accuracy set to ``accuracy`` (and, for an ablation, the model's hidden width changed)."""
+    capsule = copy_capsule(source, project / "export" / run_id)
+
+    def declare(run: dict) -> None:
+        run.update(run_id=run_id, comparison={"group": "worked", "arm": arm, "ablated": ablated})
+        run["seed"]["values"] = [seed]
+        run.pop("declarations")
+
+    edit_json(capsule / "run.json", declare)
+    edit_json(capsule / "test" / "main" / "metrics.json", lambda metrics: metrics.update(run_id=run_id))
+    set_metric(capsule, "accuracy", "clean", accuracy)
+
+    def configure(config: dict) -> None:
+        config["train"]["seed"] = seed
+        if ablated:
+            config["model"]["hidden"] = 128
+
+    edit_config(capsule, configure)
+    return capsule
+
+
+# The seed document's worked example: three baseline seeds and one single-seed probe (clean accuracy).
+WORKED_BASELINE = {"base-s1": (1, 42.63), "base-s2": (2, 49.30), "base-s3": (3, 47.26)}
+WORKED_PROBE = ("probe-s4", 4, 49.12)
+
+
+def declare_worked_group(capsule_dir: Path, project: Path) -> Path:
+    """Comparison group "worked" under ``project``: the baseline seeds and the probe (which it returns)."""
+    for run_id, (seed, accuracy) in WORKED_BASELINE.items():
+        declare_sibling(capsule_dir, project, run_id, "baseline", seed, accuracy, [])
+    run_id, seed, accuracy = WORKED_PROBE
+    return declare_sibling(capsule_dir, project, run_id, "probe", seed, accuracy, ["model.hidden"])

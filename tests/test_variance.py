@@ -10,43 +10,24 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from science_support import copy_capsule, edit_config, edit_json, set_metric, verdict
+from science_support import (
+    WORKED_BASELINE,
+    WORKED_PROBE,
+    declare_worked_group,
+    edit_config,
+    edit_json,
+    set_metric,
+    verdict,
+)
 
 VARIANCE = ("-m", "science", "-k", "test_variance")
-BASELINE = {"base-s1": (1, 42.63), "base-s2": (2, 49.30), "base-s3": (3, 47.26)}
-PROBE = ("probe-s4", 4, 49.12)
-
-
-def _sibling(
-    source: Path, project: Path, run_id: str, arm: str, seed: int, accuracy: float, ablated: list[str]
-) -> Path:
-    capsule = copy_capsule(source, project / "export" / run_id)
-
-    def declare(run: dict) -> None:
-        run.update(run_id=run_id, comparison={"group": "worked", "arm": arm, "ablated": ablated})
-        run["seed"]["values"] = [seed]
-        run.pop("declarations")
-
-    edit_json(capsule / "run.json", declare)
-    edit_json(capsule / "test" / "main" / "metrics.json", lambda metrics: metrics.update(run_id=run_id))
-    set_metric(capsule, "accuracy", "clean", accuracy)
-
-    def configure(config: dict) -> None:
-        config["train"]["seed"] = seed
-        if ablated:
-            config["model"]["hidden"] = 128
-
-    edit_config(capsule, configure)
-    return capsule
+BASELINE, PROBE = WORKED_BASELINE, WORKED_PROBE
 
 
 @pytest.fixture
 def worked(project: Path, capsule_dir: Path) -> Path:
     """Three baseline seeds and one single-seed probe in comparison group 'worked'; returns the probe."""
-    for run_id, (seed, accuracy) in BASELINE.items():
-        _sibling(capsule_dir, project, run_id, "baseline", seed, accuracy, [])
-    run_id, seed, accuracy = PROBE
-    return _sibling(capsule_dir, project, run_id, "probe", seed, accuracy, ["model.hidden"])
+    return declare_worked_group(capsule_dir, project)
 
 
 def test_the_seed_documents_worked_numbers(run_audits, project: Path, worked: Path) -> None:
