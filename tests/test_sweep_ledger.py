@@ -87,3 +87,13 @@ def test_the_report_index_lists_every_planned_cell_without_a_report(
     assert "c-trained: planned, but no report (the cell is trained)" in err
     page = (reports / "index.html").read_text(encoding="utf-8")
     assert all(run_id in page for run_id in (DEMO_RUN_ID, "c-planned", "c-trained"))
+
+
+def test_a_fifo_in_place_of_the_roster_is_one_line_not_a_hang(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    roster = tmp_path / "roster.txt"
+    os.mkfifo(roster)  # a reader that opened it would wait forever for a writer
+    assert main(["sweep", "status", "--root", str(tmp_path), "--roster", str(roster)]) == 2
+    (line,) = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert "cannot read the roster" in line and str(roster) in line, line

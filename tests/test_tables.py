@@ -12,7 +12,7 @@ import statistics
 from pathlib import Path
 
 import pytest
-from science_support import WORKED_BASELINE, declare_worked_group
+from science_support import WORKED_BASELINE, declare_worked_group, edit_json
 
 from runaudit.cli import main
 
@@ -81,3 +81,17 @@ def test_a_group_no_capsule_declares_is_one_line(project: Path, capsys: pytest.C
     assert main(["table", "--root", str(project), "--group", "nowhere"]) == 2
     (line,) = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
     assert "no sealed run" in line and "'nowhere'" in line
+
+
+def test_a_run_that_lacks_a_tabled_metric_is_one_line(
+    group: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    edit_json(
+        group / "export" / "base-s2" / "test" / "main" / "metrics.json",
+        lambda metrics: metrics.update(
+            metrics=[row for row in metrics["metrics"] if row["metric"] != "accuracy"]
+        ),
+    )
+    assert main(["table", "--root", str(group), "--group", "worked"]) == 2
+    (line,) = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert "run base-s2" in line and "no accuracy value" in line, line

@@ -4,6 +4,7 @@ in turn, survives a command that reads stdin, records every step, refuses a seco
 from __future__ import annotations
 
 import csv
+import os
 import subprocess
 import sys
 import time
@@ -87,14 +88,18 @@ def test_a_queue_trains_and_seals_each_run_and_resumes(
         ("a python3 t.py\na python3 t.py\n", "listed twice"),
         ("lonely\n", "expected RUN_ID COMMAND"),
         ("# nothing\n", "lists no run"),
+        (None, "cannot read the queue"),
     ],
-    ids=["unsafe-id", "twice", "no-command", "empty"],
+    ids=["unsafe-id", "twice", "no-command", "empty", "fifo"],
 )
 def test_a_bad_queue_file_is_one_line(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str, named: str
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str | None, named: str
 ) -> None:
     queue = tmp_path / "q.txt"
-    queue.write_text(text, encoding="utf-8")
+    if text is None:
+        os.mkfifo(queue)  # a reader that opened it would wait forever for a writer
+    else:
+        queue.write_text(text, encoding="utf-8")
     assert main(["queue", "run", str(queue), "--root", str(tmp_path)]) == 2
     (line,) = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
     assert named in line and str(queue) in line, line
