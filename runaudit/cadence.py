@@ -10,7 +10,6 @@ happened and how long it took (``active/<id>/.writer-state.json``), so a live ru
 from __future__ import annotations
 
 import math
-import re
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,17 +18,8 @@ from runaudit.manifest import load_json
 from runaudit.safeio import JSON_CAP, read_regular
 from runaudit.workspace import STATE_FILE
 
-DURATION = re.compile(r"^(\d+(?:\.\d+)?)\s*(s|m|min|h|d)?$", re.IGNORECASE)
-SECONDS = {"": 1, "s": 1, "m": 60, "min": 60, "h": 3600, "d": 86400}
 FAR_OFF = 2.0  # a cadence more than this factor from the optimum is disclosed
 RECENT = 5  # the saves a measurement rests on
-
-
-def parse_duration(value: str) -> float:
-    match = DURATION.match(value.strip())
-    if match is None:
-        raise ValueError(f"{value!r} is not a duration (e.g. 30s, 15m, 3h, 2d)")
-    return float(match.group(1)) * SECONDS[(match.group(2) or "").lower()]
 
 
 def young_daly(mtbf_s: float, save_s: float) -> float:

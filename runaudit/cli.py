@@ -33,6 +33,7 @@ VERB_MODULES = (
     "runaudit.runners.remote_audit",
     "runaudit.runners.pull",
     "runaudit.runners.down",
+    "runaudit.runners.clocks",
     "runaudit.runners.cluster",
     "runaudit.runners.index_splits",
     "runaudit.reports.index",

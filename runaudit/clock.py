@@ -8,6 +8,7 @@ compact, sortable, path-safe stamp (``20261203T113346Z``).
 from __future__ import annotations
 
 import datetime as dt
+import re
 import secrets
 
 
@@ -29,3 +30,21 @@ def stamp(moment: dt.datetime | None = None) -> str:
 def attempt_id() -> str:
     """A unique, sortable id for one attempt at something (``20260101T000000Z-abc123``)."""
     return f"{stamp()}-{secrets.token_hex(3)}"
+
+
+DURATION = re.compile(r"^(\d+(?:\.\d+)?)\s*([a-z]*)$", re.IGNORECASE)
+UNIT_SECONDS = {
+    **dict.fromkeys(("", "s", "sec", "second", "seconds"), 1),
+    **dict.fromkeys(("m", "min", "minute", "minutes"), 60),
+    **dict.fromkeys(("h", "hour", "hours"), 3600),
+    **dict.fromkeys(("d", "day", "days"), 86400),
+}
+
+
+def parse_duration(value: str) -> float:
+    """Seconds in ``30s``, ``15m``, ``3h``, ``2d`` or ``15 days`` (a bare number is seconds)."""
+    match = DURATION.match(value.strip())
+    unit = match.group(2).lower() if match else None
+    if match is None or unit not in UNIT_SECONDS:
+        raise ValueError(f"{value!r} is not a duration (e.g. 30s, 15m, 3h, 2d)")
+    return float(match.group(1)) * UNIT_SECONDS[unit]
