@@ -20,6 +20,7 @@ from runaudit.atomic import write_bytes_atomic, write_json_atomic
 from runaudit.clock import utc_now
 from runaudit.fixtures.subjects import expected_custody
 from runaudit.fixtures.verdicts import PROPERTY, record_of, strict_mode
+from runaudit.ids import report_stem
 from runaudit.reports import document, figures, html
 from runaudit.run import Run
 from runaudit.verdict import Verdict, printable
@@ -130,7 +131,7 @@ class VerdictReport:
                 "session": session_end(session, exitstatus),
             },
         )
-        stem = document.report_stem(self.run.run_id)
+        stem = report_stem(self.run.run_id)
         folder = self.report_dir
         earlier = document.earlier_verdicts(folder / f"{stem}.json", doc)
         if earlier:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import importlib.metadata
 import platform
-import re
 import shlex
 import socket
 import sys
@@ -24,7 +23,6 @@ SCHEMA_VERSION = "runaudit.report/1"
 # The report's own frame (document, verdicts, one verdict) around evidence already held to EVIDENCE_DEPTH.
 REPORT_DEPTH = EVIDENCE_DEPTH + 8
 SESSION_COMPLETED = "completed"
-INDEX_STEM = "index"  # <report-dir>/index.html is the sweep index (reports/index.py)
 PACKAGES = (
     "pytest",
     "pytest-xdist",
@@ -36,12 +34,6 @@ PACKAGES = (
     "jinja2",
     "matplotlib",
 )
-
-
-def report_stem(run_id: str) -> str:
-    """A file name for the run's report that cannot escape the report folder nor be the sweep index."""
-    stem = re.sub(r"[^A-Za-z0-9._-]", "_", run_id).lstrip(".") or "run"
-    return f"{stem}_run" if stem.casefold() == INDEX_STEM else stem
 
 
 def environment() -> dict[str, Any]:

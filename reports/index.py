@@ -20,9 +20,10 @@ from typing import Any
 
 import runaudit
 from runaudit.atomic import write_bytes_atomic
+from runaudit.ids import INDEX_STEM, report_stem
 from runaudit.ledger import cell
 from runaudit.manifest import nesting_problem
-from runaudit.reports.document import INDEX_STEM, REPORT_DEPTH, report_stem
+from runaudit.reports.document import REPORT_DEPTH
 from runaudit.reports.findings import GATE_ORDER
 from runaudit.reports.schema import report_problems
 from runaudit.roster import read_roster

@@ -10,12 +10,15 @@ The ledger reads only names, a report's verdict counts and the receipt rule; it 
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from runaudit.ids import report_stem
 from runaudit.receipts import run_receipt
 from runaudit.safeio import JSON_CAP, read_regular
 
+ATTEMPT = re.compile(r"\d{8}T\d{6}Z-[0-9a-f]+")  # runaudit.clock.attempt_id: run "a"'s, not run "a--b"'s
 STATES = ("planned", "launched", "trained", "closed", "pulled", "verified")
 BAD = ("failed", "error")
 
@@ -33,11 +36,13 @@ class Cell:
 
 
 def _report_flags(reports: Path, run_id: str) -> list[str]:
-    path = reports / f"{run_id}.json"
+    path = reports / f"{report_stem(run_id)}.json"
     try:
         document = json.loads(read_regular(path, JSON_CAP))
     except FileNotFoundError:
         return ["no report"]
+    except RecursionError:  # the parser's own stack: nested thousands of levels deep
+        return ["report unreadable (nested too deeply to read)"]
     except (OSError, ValueError) as exc:
         return [f"report unreadable ({exc})"]
     summary = document.get("summary") if isinstance(document, dict) else None
@@ -65,7 +70,8 @@ def cell(root: Path, run_id: str, reports: Path) -> Cell:
     if (sealed or pulled) and run_receipt(root, run_id).current:
         state = "verified"
     quarantine = root / "quarantine"
-    failed_closes = len(list(quarantine.glob(f"{run_id}--*"))) if quarantine.is_dir() else 0
+    attempts = quarantine.glob(f"{run_id}--*") if quarantine.is_dir() else ()
+    failed_closes = sum(1 for path in attempts if ATTEMPT.fullmatch(path.name.removeprefix(f"{run_id}--")))
     flags = [] if sealed or pulled else ["no capsule"]
     if failed_closes and not (sealed or pulled):
         flags.append(f"{failed_closes} close(s) quarantined")

@@ -30,7 +30,7 @@ class Cell:
     mean: float
     standard_error: float | None  # None with one seed: no spread over seeds to measure
     decimals: int
-    runs: tuple[tuple[str, str], ...]  # (run id, sha256 of its run.json)
+    runs: tuple[tuple[str, str, str], ...]  # (run id, sha256 of its run.json, of the test's metrics.json)
 
     def text(self) -> str:
         if self.standard_error is None:
@@ -60,7 +60,10 @@ class Table:
                     "mean": cell.mean,
                     "standard_error": cell.standard_error,
                     "n": len(cell.runs),
-                    "runs": [{"run_id": run_id, "run_json_sha256": digest} for run_id, digest in cell.runs],
+                    "runs": [
+                        {"run_id": run_id, "run_json_sha256": identity, "metrics_sha256": metrics}
+                        for run_id, identity, metrics in cell.runs
+                    ],
                 }
                 for (arm, metric, condition), cell in self.cells.items()
             ],
@@ -96,7 +99,12 @@ def group_table(root: Path, group: str, test_id: str) -> Table:
     cells: dict[tuple[str, str, str], Cell] = {}
     for arm, runs in sorted(arms.items()):
         provenance = tuple(
-            (run.run_id, hashlib.sha256((run.path / "run.json").read_bytes()).hexdigest()) for run in runs
+            (
+                run.run_id,
+                _sha256(run.path / "run.json"),
+                _sha256(run.path / "test" / test_id / "metrics.json"),
+            )
+            for run in runs
         )
         for metric, condition, precision in declared:
             values = [declared_value(run, test_id, metric, condition) for run in runs]
@@ -111,10 +119,36 @@ def group_table(root: Path, group: str, test_id: str) -> Table:
     return Table(group, test_id, tuple((m, c) for m, c, _ in declared), tuple(sorted(arms)), cells)
 
 
+LATEX_SPECIALS = {
+    "\\": r"\textbackslash{}",
+    "{": r"\{",
+    "}": r"\}",
+    "$": r"\$",
+    "&": r"\&",
+    "%": r"\%",
+    "#": r"\#",
+    "_": r"\_",
+    "^": r"\textasciicircum{}",
+    "~": r"\textasciitilde{}",
+}
+
+
+def _latex(text: str) -> str:
+    """``text`` as LaTeX prints it: names come from capsules, and a ``\\input{...}`` in one stays text."""
+    return "".join(LATEX_SPECIALS.get(char, char) for char in text)
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
 def render(table: Table, form: str, sidecar: str) -> str:
     """The table as Markdown, LaTeX (booktabs) or CSV; the first two name their provenance sidecar."""
     heads = [f"{metric} [{condition}]" for metric, condition in table.columns]
     rows = [[arm, *(table.cells[(arm, *column)].text() for column in table.columns)] for arm in table.arms]
+    if form == "markdown":  # names come from capsules: a "|" in one must not open a new column
+        heads = [head.replace("|", "\\|") for head in heads]
+        rows = [[cell.replace("|", "\\|") for cell in row] for row in rows]
     stamp = (
         f"runaudit table: group {table.group}, test {table.test_id}; provenance of every cell in {sidecar}"
     )
@@ -122,17 +156,14 @@ def render(table: Table, form: str, sidecar: str) -> str:
         lines = [f"<!-- {stamp} -->", "| arm | " + " | ".join(heads) + " |", "|---" * (len(heads) + 1) + "|"]
         return "\n".join([*lines, *("| " + " | ".join(row) + " |" for row in rows)]) + "\n"
     if form == "latex":
-        escape = str.maketrans({"_": r"\_", "%": r"\%", "&": r"\&", "#": r"\#"})
-        body = [
-            " & ".join(cell.replace("±", r"$\pm$").translate(escape) for cell in row) + r" \\" for row in rows
-        ]
+        body = [" & ".join(_latex(cell).replace("±", r"$\pm$") for cell in row) + r" \\" for row in rows]
         return (
             "\n".join(
                 [
                     f"% {stamp}",
                     r"\begin{tabular}{l" + "r" * len(heads) + "}",
                     r"\toprule",
-                    " & ".join(["arm", *(head.translate(escape) for head in heads)]) + r" \\",
+                    " & ".join(["arm", *(_latex(head) for head in heads)]) + r" \\",
                     r"\midrule",
                     *body,
                     r"\bottomrule",
@@ -146,6 +177,6 @@ def render(table: Table, form: str, sidecar: str) -> str:
     writer.writerow(["arm", "metric", "condition", "mean", "standard_error", "n", "shown", "runs"])
     for (arm, metric, condition), cell in table.cells.items():
         error = "" if cell.standard_error is None else repr(cell.standard_error)
-        runs = " ".join(f"{run_id}@{digest}" for run_id, digest in cell.runs)
+        runs = " ".join(f"{run_id}@{identity}" for run_id, identity, _ in cell.runs)
         writer.writerow([arm, metric, condition, repr(cell.mean), error, len(cell.runs), cell.text(), runs])
     return out.getvalue()

@@ -15,6 +15,7 @@ import fcntl
 import json
 import os
 import shutil
+import stat
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -168,11 +169,12 @@ def _place(active: Path, candidate: Path, names: list[str], *, link: bool) -> No
             shutil.copy2(source, target, follow_symlinks=False)
 
 
-def _release_sealed_names(active: Path, final: Path) -> int:
+def _release_sealed_names(active: Path, final: Path, log: Callable[[str], None]) -> None:
     """Unlink from ``active/<id>`` every sealed name that still shares its inode with the capsule, so that the
     workspace can never rewrite a sealed byte (a ``torch.save`` over ``active/<id>/best.pth`` truncates the
-    file it names). The bytes stay in ``export/<id>``; ``latest.pth`` and everything unsealed stay put."""
-    released = 0
+    file it names). The bytes stay in ``export/<id>``; ``latest.pth`` and everything unsealed stay put. The
+    run is sealed already: a name that cannot be released is said, never raised."""
+    released, kept = 0, []
     for sealed in sorted(final.rglob("*"), reverse=True):  # files before the folders that hold them
         twin = active / sealed.relative_to(final)
         try:
@@ -181,12 +183,41 @@ def _release_sealed_names(active: Path, final: Path) -> int:
                     twin.rmdir()
                 continue
             mine, theirs = sealed.lstat(), twin.lstat()
+            if (mine.st_dev, mine.st_ino) == (theirs.st_dev, theirs.st_ino):
+                twin.unlink()
+                released += 1
         except FileNotFoundError:
             continue
-        if (mine.st_dev, mine.st_ino) == (theirs.st_dev, theirs.st_ino):
-            twin.unlink()
-            released += 1
-    return released
+        except OSError as exc:
+            kept.append(f"{twin} ({exc.strerror})")
+    if released:
+        log(f"close {final.name}: {released} sealed file(s) left {active}; they live on only in {final}")
+    if kept:
+        log(
+            f"close {final.name}: could not release {len(kept)} name(s), e.g. {kept[0]}; they still share bytes"
+        )
+
+
+def _unshare(final: Path, log: Callable[[str], None]) -> None:
+    """Give every sealed file that still has another name (a quarantined attempt's link, a name the release
+    could not remove) bytes of its own: a sealed byte is reachable only through ``export/<id>``."""
+    copied = 0
+    for path in final.rglob("*"):
+        info = path.lstat()
+        if stat.S_ISREG(info.st_mode) and info.st_nlink > 1:
+            own = path.with_name(f".{path.name}.unshared")
+            try:
+                shutil.copy2(path, own, follow_symlinks=False)
+                os.replace(own, path)
+            except OSError as exc:
+                own.unlink(missing_ok=True)
+                log(f"close {final.name}: {path} still shares its bytes with another name ({_one_line(exc)})")
+                continue
+            copied += 1
+    if copied:
+        log(
+            f"close {final.name}: {copied} sealed file(s) had another name (a quarantined attempt's); copied apart"
+        )
 
 
 def _one_line(exc: OSError) -> str:
@@ -212,27 +243,17 @@ def close_run(root: Path, run_id: str, *, log: Callable[[str], None] = lambda li
         raise CloseError(f"close: run id {run_id!r} is not a safe id (^[A-Za-z0-9][A-Za-z0-9._-]*$)")
     root = root.resolve()
     active = root / "active" / run_id
-    exports = root / "export"
-    final = exports / run_id
+    final = root / "export" / run_id
     if not active.is_dir() or active.is_symlink():
         raise CloseError(f"close {run_id}: {active} does not exist; there is no active run to close")
     if final.exists():
+        # A close interrupted between its rename and the release of active/'s names left them sharing
+        # the sealed inodes: release them now, then refuse as ever.
+        _release_sealed_names(active, final, log)
         raise CloseError(
             f"close {run_id}: {final} is already sealed; a sealed capsule is never overwritten, "
             "a re-run mints a new run id"
         )
-    try:
-        draft = load_json(read_regular(active / "run.json", JSON_CAP))
-    except FileNotFoundError:
-        raise CloseError(
-            f"close {run_id}: {active / 'run.json'} is missing; the producer must declare the run"
-        ) from None
-    except OSError as exc:  # a FIFO, device or symlink in its place, or past the cap: never read
-        raise CloseError(f"close {run_id}: {exc}") from None
-    except ValueError as exc:
-        raise CloseError(f"close {run_id}: {active / 'run.json'} is not valid JSON ({exc})") from None
-    if not isinstance(draft, dict):
-        raise CloseError(f"close {run_id}: {active / 'run.json'} must hold a JSON object")
     missing = missing_gate_modules(active)
     if missing:
         raise CloseError(
@@ -250,10 +271,27 @@ def close_run(root: Path, run_id: str, *, log: Callable[[str], None] = lambda li
             "close it once the run has finished"
         )
     try:
-        with _locked(exports):
+        draft = _draft(active, run_id)  # read under the lock: no writer can finish in between
+        with _locked(root / "export"):
             return _seal(root, run_id, draft, log)
     finally:
         workspace.close()
+
+
+def _draft(active: Path, run_id: str) -> dict[str, Any]:
+    try:
+        draft = load_json(read_regular(active / "run.json", JSON_CAP))
+    except FileNotFoundError:
+        raise CloseError(
+            f"close {run_id}: {active / 'run.json'} is missing; the producer must declare the run"
+        ) from None
+    except OSError as exc:  # a FIFO, device or symlink in its place, or past the cap: never read
+        raise CloseError(f"close {run_id}: {exc}") from None
+    except ValueError as exc:
+        raise CloseError(f"close {run_id}: {active / 'run.json'} is not valid JSON ({exc})") from None
+    if not isinstance(draft, dict):
+        raise CloseError(f"close {run_id}: {active / 'run.json'} must hold a JSON object")
+    return draft
 
 
 def _seal(root: Path, run_id: str, draft: dict[str, Any], log: Callable[[str], None]) -> CloseResult:
@@ -298,8 +336,8 @@ def _seal(root: Path, run_id: str, draft: dict[str, Any], log: Callable[[str], N
         return CloseResult(run_id, False, target, reason, report)
     os.rename(candidate, final)
     fsync_dir(exports)
-    released = _release_sealed_names(active, final)
-    log(f"close {run_id}: {released} sealed file(s) left {active}; they live on only in {final}")
+    _release_sealed_names(active, final, log)
+    _unshare(final, log)
     passed = sum(1 for item in report["verdicts"] if item["verdict"] == "passed")
     return CloseResult(run_id, True, final, f"{passed} closure audits passed", report)
 

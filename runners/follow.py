@@ -88,6 +88,16 @@ def meter_lines(status: Status, box: Box) -> list[str]:
     return lines
 
 
+def seconds(value: str) -> float:
+    try:
+        number = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected seconds, found {value!r}") from None
+    if not 0 <= number < float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a finite number of seconds >= 0, found {value!r}")
+    return number
+
+
 def parse_steps(value: str) -> tuple[str, ...]:
     steps = tuple(step.strip() for step in value.split(",") if step.strip())
     unknown = [step for step in steps if step not in STEPS]
@@ -176,14 +186,14 @@ def add_verb(verbs: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     )
     group.add_argument(
         "--interval",
-        type=float,
+        type=seconds,
         default=INTERVAL_S,
         metavar="SECONDS",
         help="between probes (default: %(default)s)",
     )
     group.add_argument(
         "--max-wait",
-        type=float,
+        type=seconds,
         default=0.0,
         metavar="SECONDS",
         help="give up after this long (default: never)",

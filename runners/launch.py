@@ -44,8 +44,10 @@ JOB_SCRIPT = """#!/bin/bash
 # runaudit launch: run {run_id}, attempt {attempt}. Written by runaudit; never edit it while it runs.
 A={attempt_dir}
 echo "$$ $(sed 's/^.*) //' /proc/$$/stat 2>/dev/null | cut -d' ' -f20)" >"$A/pid.tmp" && mv "$A/pid.tmp" "$A/pid"
-# Baselines `watch` compares the end against: the boot id (a reboot), the cgroup's OOM-kill count.
+# Baselines `watch` compares the end against: the boot id (a reboot), the GPU Xid count in the kernel
+# log, the cgroup's OOM-kill count.
 cat /proc/sys/kernel/random/boot_id >"$A/boot_id" 2>/dev/null
+dmesg >/dev/null 2>&1 && dmesg 2>/dev/null | grep -c 'NVRM: Xid' >"$A/xid_start"
 for f in "/sys/fs/cgroup$(sed -n 's/^0::\\(.*\\)$/\\1/p' /proc/$$/cgroup)/memory.events" \\
          "/sys/fs/cgroup/memory$(sed -n 's/^[0-9]*:memory:\\(.*\\)$/\\1/p' /proc/$$/cgroup)/memory.oom_control" \\
          /sys/fs/cgroup/memory.events /sys/fs/cgroup/memory/memory.oom_control; do

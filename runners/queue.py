@@ -138,7 +138,7 @@ def run_queue(
                 continue
             try:
                 result = close_run(root, entry.run_id, log=say)
-            except CloseError as exc:
+            except (CloseError, OSError) as exc:  # refused, or the disk failed it: the queue goes on
                 failed += 1
                 log.record(entry, "close refused", 0, str(exc))
                 say(f"queue {name} [{entry.index}] {entry.run_id}: trained, but {exc}")

@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from runaudit.atomic import write_bytes_atomic, write_json_atomic
+from runaudit.ids import report_stem
 from runaudit.options import REPORT_DIR_OPTION, ROOT_OPTION, RUN_OPTION
 from runaudit.reports import document, html
-from runaudit.reports.document import report_stem
 from runaudit.runners.box import Box, add_box_arguments, add_workdir_argument, box_from_args, require_run_id
 from runaudit.runners.remote_close import NOT_INSTALLED, python_on_box
 from runaudit.runners.ssh import Remote, transport_failure

@@ -25,8 +25,8 @@ from runaudit import manifest as manifests
 from runaudit.capsule import checkpoint_formats
 from runaudit.catalog import AUDITS_DIR
 from runaudit.hashing import hash_before_fork
+from runaudit.ids import report_stem
 from runaudit.options import REPORT_DIR_OPTION, REPORT_FORMAT_OPTION, ROOT_OPTION, RUN_OPTION
-from runaudit.reports.document import report_stem
 from runaudit.verdict import Verdict
 
 # What a custody session imports that costs most (torch alone is ~1.5 s and ~220 MiB): imported once in

@@ -28,20 +28,24 @@ from runaudit.workspace import HEARTBEAT_FILE
 STALL_AFTER_S = 1800.0
 EXIT_STATUS = {"running": 0, "finished": 0, "stalled": 1, "dead": 1, "unknown": 3}
 PROGRESS_FILE = "active/{run_id}/train.csv"
-JOINED = {"gpu": "; ", "log_tail": " | "}  # signals printed once per GPU or per log line
+JOINED = {"gpu": "; ", "log_tail": " | "}
+START_GRACE_S = 30  # a detached wrapper writes its pid within this; until then the job is starting  # signals printed once per GPU or per log line
 
 # POSIX sh, read-only: prints key=value lines and a final sentinel so a truncated answer is detectable.
+# A value read from the box is printed by `say`: its first line only (files) or with its line breaks
+# removed, through printf (dash's echo would turn a "\n" in a log line into a forged signal line).
 PROBE = r"""
-now=$(date +%s); echo "now=$now"
+say() { printf '%s=%s\n' "$1" "$(printf '%s' "$2" | tr -d '\r\n' | cut -c1-300)"; }
+say now "$(date +%s)"; now=$(date +%s)
 if [ ! -f "$S/current" ]; then echo "launched=no"; echo "probe=complete"; exit 0; fi
-att=$(cat "$S/current"); A="$S/$att"; echo "attempt=$att"
-[ -f "$A/started" ] && echo "started=$(cat "$A/started")"
-sess=$(cat "$A/session" 2>/dev/null)
+att=$(head -n 1 "$S/current"); A="$S/$att"; say attempt "$att"
+[ -f "$A/started" ] && say started "$(head -n 1 "$A/started")"
+sess=$(head -n 1 "$A/session" 2>/dev/null)
 if [ -z "$sess" ]; then echo "session=n/a"
 elif command -v tmux >/dev/null 2>&1 && tmux -L "$SOCK" has-session -t "=$sess" 2>/dev/null; then echo "session=yes"
 else echo "session=no"; fi
 if [ -f "$A/pid" ]; then
-  read pid start < "$A/pid"; echo "pid=$pid"
+  read pid start < "$A/pid"; say pid "$pid"
   if [ -r "/proc/$pid/stat" ]; then
     rest=$(sed 's/^.*) //' "/proc/$pid/stat")
     st=$(echo "$rest" | cut -d' ' -f1); cur=$(echo "$rest" | cut -d' ' -f20)
@@ -50,25 +54,29 @@ if [ -f "$A/pid" ]; then
   elif kill -0 "$pid" 2>/dev/null; then echo "alive=unverified"
   else echo "alive=no"; fi
 fi
-[ -f "$A/exit_code" ] && echo "exit_code=$(cat "$A/exit_code")" && echo "exit_mtime=$(stat -c %Y "$A/exit_code")"
+[ -f "$A/exit_code" ] && say exit_code "$(head -n 1 "$A/exit_code")" && say exit_mtime "$(stat -c %Y "$A/exit_code")"
 if [ -f "$A/log" ]; then
-  echo "log_mtime=$(stat -c %Y "$A/log")"; echo "log_bytes=$(stat -c %s "$A/log")"
-  echo "log_last=$(tail -n 1 "$A/log" | tr -d '\r' | cut -c1-300)"
+  say log_mtime "$(stat -c %Y "$A/log")"; say log_bytes "$(stat -c %s "$A/log")"
+  say log_last "$(tail -n 1 "$A/log")"
   tail -n 5 "$A/log" | tr -d '\r' | cut -c1-300 | sed 's/^/log_tail=/'
+  say enospc_lines "$(tail -n 200 "$A/log" | grep -c 'No space left on device')"
 fi
-[ -f "$H" ] && echo "heartbeat_mtime=$(stat -c %Y "$H")"
+[ -f "$H" ] && say heartbeat_mtime "$(stat -c %Y "$H")"
 if [ -f "$P" ]; then
-  echo "progress_mtime=$(stat -c %Y "$P")"; echo "progress_rows=$(($(wc -l < "$P") - 1))"
-  echo "progress_last=$(tail -n 1 "$P" | tr -d '\r' | cut -c1-300)"
+  say progress_mtime "$(stat -c %Y "$P")"; say progress_rows "$(($(wc -l < "$P") - 1))"
+  say progress_last "$(tail -n 1 "$P")"
 fi
-[ -f "$A/boot_id" ] && echo "boot_id_start=$(cat "$A/boot_id")"
-[ -r /proc/sys/kernel/random/boot_id ] && echo "boot_id=$(cat /proc/sys/kernel/random/boot_id)"
+[ -f "$A/boot_id" ] && say boot_id_start "$(head -n 1 "$A/boot_id")"
+[ -r /proc/sys/kernel/random/boot_id ] && say boot_id "$(head -n 1 /proc/sys/kernel/random/boot_id)"
 if [ -f "$A/oom_file" ]; then
-  echo "oom_start=$(cat "$A/oom_start")"
-  echo "oom_now=$(awk '$1 == "oom_kill" {print $2}' "$(cat "$A/oom_file")" 2>/dev/null)"
+  say oom_start "$(head -n 1 "$A/oom_start")"
+  say oom_now "$(awk '$1 == "oom_kill" {print $2}' "$(head -n 1 "$A/oom_file")" 2>/dev/null)"
 fi
-[ -f "$A/log" ] && echo "enospc_lines=$(tail -n 200 "$A/log" | grep -c 'No space left on device')"
-xid=$(dmesg 2>/dev/null | grep 'NVRM: Xid' | tail -n 1 | cut -c1-200); [ -n "$xid" ] && echo "xid=$xid"
+[ -f "$A/xid_start" ] && say xid_start "$(head -n 1 "$A/xid_start")"
+if dmesg >/dev/null 2>&1; then
+  say xid_count "$(dmesg 2>/dev/null | grep -c 'NVRM: Xid')"
+  say xid "$(dmesg 2>/dev/null | grep 'NVRM: Xid' | tail -n 1)"
+fi
 df -Pk "$R" 2>/dev/null | awk 'NR==2 {print "disk_avail_kb=" $4; print "disk_used=" $5}'
 df -Pi "$R" 2>/dev/null | awk 'NR==2 {print "inodes_used=" $5}'
 if command -v nvidia-smi >/dev/null 2>&1; then
@@ -145,6 +153,8 @@ def classify(signals: Mapping[str, str], *, stall_after_s: float = STALL_AFTER_S
         if age > stall_after_s:
             return "stalled", f"{what}, but nothing written for {age} s (limit {stall_after_s:.0f} s)"
         return "running", f"{what}, last write {age} s ago"
+    if alive is None and exit_code is None and session == "n/a" and now - started < START_GRACE_S:
+        return "running", "starting: the wrapper has not written its pid yet"
     if exit_code is not None and exit_code.strip() == "0":
         return "finished", "the wrapper recorded exit code 0"
     return "dead", "; ".join(why_it_ended(signals))
@@ -163,20 +173,22 @@ def why_it_ended(signals: Mapping[str, str]) -> list[str]:
     else:
         found = ["no live process and no exit code recorded (killed with its wrapper, or the box rebooted)"]
     start, now = signals.get("boot_id_start"), signals.get("boot_id")
-    if start and now and start != now:
+    if not code and start and now and start != now:  # a job that recorded its exit ended before any reboot
         found.append("the box rebooted since launch (its boot id changed), taking the run with it")
     oom_start, oom_now = _int(signals, "oom_start"), _int(signals, "oom_now")
     if oom_start is not None and oom_now is not None and oom_now > oom_start:
         found.append(
-            f"the kernel's OOM killer fired in the run's cgroup ({oom_now - oom_start} kill(s) since launch): "
-            "lower the batch size or the dataloader workers, or rent more memory"
+            f"the kernel's OOM killer fired in the run's cgroup ({oom_now - oom_start} kill(s) since launch; "
+            "the cgroup may hold the box's other jobs too): lower the batch size or the dataloader workers, "
+            "or rent more memory"
         )
     if (_int(signals, "enospc_lines") or 0) > 0:
         free = _int(signals, "disk_avail_kb")
         left = f"; {free / 2**20:.1f} GiB free there now" if free is not None else ""
         found.append(f"the log reports 'No space left on device'{left}")
-    if signals.get("xid"):
-        found.append(f"the kernel log has a GPU Xid error: {signals['xid']}")
+    xid_start, xid_count = _int(signals, "xid_start"), _int(signals, "xid_count")
+    if signals.get("xid") and xid_count is not None and xid_count > (xid_start or 0):
+        found.append(f"the kernel log has a GPU Xid error since launch: {signals['xid']}")
     return found
 
 

@@ -305,3 +305,43 @@ def test_an_interpreter_without_torch_is_an_environment_error_not_a_quarantine(
     assert tree_digest(root / "active" / RUN_ID) == before
     assert not (root / "export" / RUN_ID).exists() and not (root / "export" / ".partial" / RUN_ID).exists()
     assert quarantined(root) == []
+
+
+def test_a_seal_after_a_quarantine_shares_no_inode_with_it(root: Path) -> None:
+    """Found in review: a quarantined attempt keeps links into active/; once the fixed run sealed, editing the
+    quarantined copy in place would have changed the capsule's bytes."""
+    active = root / "active" / RUN_ID
+    (active / "test" / "main" / "scratch.txt").write_text("a note left in the test folder\n")
+    assert close(root) == 1
+    (attempt,) = quarantined(root)
+    (active / "test" / "main" / "scratch.txt").unlink()  # the fix
+    assert close(root) == 0
+    sealed = root / "export" / RUN_ID / "best.pth"
+    before = sealed.read_bytes()
+    assert sealed.stat().st_nlink == 1 and sealed.stat().st_ino != (attempt / "best.pth").stat().st_ino
+    with (attempt / "best.pth").open("r+b") as handle:  # an in-place edit of the quarantined evidence
+        handle.write(b"\0" * 64)
+    assert sealed.read_bytes() == before
+
+
+def test_an_interrupted_release_is_finished_by_the_next_close(root: Path) -> None:
+    """Found in review: a close killed between its rename and the release left active/'s names sharing the
+    sealed inodes, and every later close stopped at "already sealed" without releasing them."""
+    assert close(root) == 0
+    sealed = root / "export" / RUN_ID / "best.pth"
+    os.link(sealed, root / "active" / RUN_ID / "best.pth")  # as the interrupted close left it
+    assert close(root) == 2  # already sealed, as ever ...
+    assert not (root / "active" / RUN_ID / "best.pth").exists()  # ... and the shared name is gone
+    assert sealed.stat().st_nlink == 1
+
+
+def test_a_fifo_in_place_of_the_writers_lock_is_one_line_not_a_hang(
+    root: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    active = root / "active" / RUN_ID
+    (active / ".writer.lock").unlink(missing_ok=True)
+    os.mkfifo(active / ".writer.lock")  # opening it to write would wait for a reader forever
+    assert close(root) == 2
+    (line,) = refusals(capsys.readouterr().err)
+    assert "cannot lock" in line and ".writer.lock" in line, line
+    assert not (root / "export" / RUN_ID).exists()

@@ -50,8 +50,9 @@ from runaudit.atomic import write_json_atomic
 from runaudit.examples.digits.build import DEMO_RUN_ID
 from runaudit.fixtures.verdicts import AuditRecorder
 from runaudit.hashing import HashCache
+from runaudit.ids import report_stem
 from runaudit.manifest import MANIFEST, MAX_JSON_DEPTH, RECEIPT, json_depth
-from runaudit.reports.document import REPORT_DEPTH, plain, report_stem
+from runaudit.reports.document import REPORT_DEPTH, plain
 from runaudit.reports.index import read_reports
 from runaudit.reports.schema import report_problems
 from runaudit.resolve import Location, Root

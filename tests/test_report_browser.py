@@ -24,7 +24,8 @@ from report_records import HOSTILE, build, demo_run, hostile_records, record, sc
 
 from runaudit.cli import main as runaudit_main
 from runaudit.examples.digits.build import DEMO_RUN_ID
-from runaudit.reports import document, html
+from runaudit.ids import report_stem
+from runaudit.reports import html
 
 pytestmark = pytest.mark.skipif(
     not headless.available(), reason=f"chromium is not installed at {headless.BINARY}"
@@ -172,7 +173,7 @@ def test_hostile_strings_stay_text_end_to_end(
     metrics = json.loads(metrics_path.read_text())
     metrics["metrics"][0]["metric"] = HOSTILE
     metrics_path.write_text(json.dumps(metrics))
-    stem = document.report_stem(HOSTILE)
+    stem = report_stem(HOSTILE)
     outcome = run_audits(capsule_dir, project, "-m", "custody", report_stem=stem)
     assert outcome.report is not None, outcome.result.stdout.str()
     assert {"capsule.ids", "capsule.metrics_schema"} <= outcome.verdicts("failed")

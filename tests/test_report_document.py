@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 from report_records import HOSTILE, build, demo_run, record, science_records
 
-from runaudit.reports import document, html
+from runaudit.ids import report_stem
+from runaudit.reports import html
 from runaudit.reports.receipt import binding_receipt
 from runaudit.reports.schema import report_problems
 
@@ -135,5 +136,5 @@ def test_safe_to_tear_down_needs_held_custody_and_a_current_receipt(project: Pat
     ],
 )
 def test_report_file_names_stay_in_the_folder_and_off_the_sweep_index(run_id: str, stem: str) -> None:
-    assert document.report_stem(run_id) == stem
+    assert report_stem(run_id) == stem
     assert "/" not in stem and not stem.startswith(".")

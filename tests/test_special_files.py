@@ -24,10 +24,10 @@ from bounded import run_bounded
 
 from runaudit.checkpoints import CheckpointRefused, inspect
 from runaudit.examples.digits.build import DEMO_RUN_ID
+from runaudit.ids import report_stem
 from runaudit.manifest import MANIFEST, RECEIPT
 from runaudit.reader import CapsuleReader, Unavailable
 from runaudit.reports import facts
-from runaudit.reports.document import report_stem
 from runaudit.reports.history import read_history
 from runaudit.resolve import Location, Root
 from runaudit.run import Run

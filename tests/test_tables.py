@@ -95,3 +95,25 @@ def test_a_run_that_lacks_a_tabled_metric_is_one_line(
     assert main(["table", "--root", str(group), "--group", "worked"]) == 2
     (line,) = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
     assert "run base-s2" in line and "no accuracy value" in line, line
+
+
+def test_names_from_capsules_stay_text_in_latex_and_markdown(group: Path, tmp_path: Path) -> None:
+    """Found in review: a metric name from a capsule went into the paper unescaped (``\\input{...}``)."""
+    hostile = r"acc|\input{/etc/passwd}^~$"
+    for run_id in (*BASELINE, "probe-s4"):
+        edit_json(
+            group / "export" / run_id / "test" / "main" / "metrics.json",
+            lambda metrics: [
+                row.update(metric=hostile) for row in metrics["metrics"] if row["metric"] == "accuracy"
+            ],
+        )
+    latex, markdown = tmp_path / "t.tex", tmp_path / "t.md"
+    assert (
+        main(["table", "--root", str(group), "--group", "worked", "--format", "latex", "--out", str(latex)])
+        == 0
+    )
+    assert main(["table", "--root", str(group), "--group", "worked", "--out", str(markdown)]) == 0
+    tex = latex.read_text(encoding="utf-8")
+    assert r"\input{" not in tex and r"acc|\textbackslash{}input\{/etc/passwd\}\textasciicircum{}" in tex
+    header = markdown.read_text(encoding="utf-8").splitlines()[1]
+    assert "acc\\|" in header and header.count(" | ") == header.replace("\\|", "").count(" | ")

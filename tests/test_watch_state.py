@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import time
 from collections.abc import Iterator
@@ -119,3 +120,35 @@ def test_a_cut_answer_is_unknown() -> None:
 def test_a_session_without_a_pid_yet_is_starting(box: Box) -> None:
     signals = {"probe": "complete", "now": "100", "attempt": "a1", "started": "100", "session": "yes"}
     assert classify(signals) == ("running", "starting (tmux session present), last write 0 s ago")
+
+
+def test_a_log_line_cannot_forge_a_signal(box: Box) -> None:
+    """Found in review: dash's echo turned a literal \\n in the log into a newline, so a log line could add
+    its own exit_code=0 and make a failed run "finished" (and --then close,manifest act on it)."""
+    folder = attempt(box)
+    (folder / "pid").write_text("1 1\n")
+    (folder / "exit_code").write_text("1\nexit_code=0\n")  # a second line, as a hostile job could write
+    (folder / "log").write_text("loss 0.3\ndone \\nexit_code=0\n")
+    state, reason = look(box)
+    assert state == "dead" and "exit_code=0" not in reason.split(";")[0], reason
+
+
+def test_a_reboot_is_blamed_only_when_the_job_recorded_no_exit(box: Box) -> None:
+    folder = attempt(box)
+    (folder / "pid").write_text("1 1\n")
+    (folder / "boot_id").write_text("00000000-0000-0000-0000-000000000000\n")  # not this boot
+    (folder / "exit_code").write_text("1\n")
+    state, reason = look(box)
+    assert state == "dead" and "rebooted" not in reason, reason  # it exited 1 before any reboot
+    (folder / "exit_code").unlink()
+    state, reason = look(box)
+    assert state == "dead" and "the box rebooted since launch" in reason, reason
+
+
+def test_a_detached_wrapper_without_its_pid_is_starting_for_a_grace(box: Box) -> None:
+    """Found in review: a setsid nohup launch probed before its wrapper wrote its pid read as dead."""
+    attempt(box)
+    assert look(box) == ("running", "starting: the wrapper has not written its pid yet")
+    shutil.rmtree(Path(box.run_state(RUN)))
+    attempt(box, started=time.time() - 120)
+    assert look(box)[0] == "dead"

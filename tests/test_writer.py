@@ -128,6 +128,16 @@ def test_opening_and_every_row_touch_the_heartbeat_launch_waits_for(writer: RunW
     assert beat.stat().st_mtime > 0
 
 
+def test_a_fifo_in_place_of_the_heartbeat_never_hangs_training(tmp_path: Path) -> None:
+    folder = tmp_path / "project" / "active" / "tiny"
+    folder.mkdir(parents=True)
+    os.mkfifo(folder / HEARTBEAT_FILE)  # opening it to write would wait for a reader forever
+    run = _open(tmp_path / "project")
+    run.log(epoch=1, step=3, train_loss=0.5, val_accuracy=0.5)  # the heartbeat is skipped, the row written
+    run.release()
+    assert (folder / "train.csv").read_text().count("\n") == 2
+
+
 def test_reopening_with_another_config_is_refused(writer: RunWriter) -> None:
     writer.release()
     with pytest.raises(WriterError, match="another configuration"):
