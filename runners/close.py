@@ -35,8 +35,8 @@ from runaudit.usage import Refusal, existing_dir
 from runaudit.workspace import LOCK_FILE, try_lock
 
 CLOSURE_GATES = ("test_capsule.py", "test_checkpoint.py")
-# Every checkpoint format a role may take is copied (best.pth or best.safetensors, docs/capsule.md §2); a
-# role found in two formats is copied as found and fails the closure audits (capsule.closed_world).
+# Every checkpoint format a role may take is sealed (best.pth or best.safetensors, docs/capsule.md §2); a
+# role found in two formats is sealed as found and fails the closure audits (capsule.closed_world).
 SEALED = ("config.yaml", "train.csv", *CHECKPOINT_FILES)
 REASON_FILE = "QUARANTINE_REASON.txt"
 REPORT_FILE = "AUDIT_REPORT.json"

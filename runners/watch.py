@@ -36,7 +36,7 @@ START_GRACE_S = 30  # a detached wrapper writes its pid within this; until then 
 # removed, through printf (dash's echo would turn a "\n" in a log line into a forged signal line).
 PROBE = r"""
 say() { printf '%s=%s\n' "$1" "$(printf '%s' "$2" | tr -d '\r\n' | cut -c1-300)"; }
-say now "$(date +%s)"; now=$(date +%s)
+say now "$(date +%s)"
 if [ ! -f "$S/current" ]; then echo "launched=no"; echo "probe=complete"; exit 0; fi
 att=$(head -n 1 "$S/current"); A="$S/$att"; say attempt "$att"
 [ -f "$A/started" ] && say started "$(head -n 1 "$A/started")"
