@@ -19,6 +19,7 @@ FRESH_HASHES_OPTION = "--runaudit-fresh-hashes"
 PROFILE_OPTION = "--runaudit-profile"
 OVERRIDE_OPTION = "--runaudit-override"
 BUDGET_OPTION = "--runaudit-budget"
+CLAIMS_OPTION = "--runaudit-claims"
 # The short forms that stay as documented aliases (the allow-list; tests/test_option_names.py holds every
 # other option string to the prefix). Each was checked against pytest's own options and those of
 # pytest-profiling, -html, -json-report, -reportlog, -cov, -benchmark, -randomly, -timeout, -rerunfailures,
@@ -32,6 +33,7 @@ OPTION_ALIASES = {
     FRESH_HASHES_OPTION: "--fresh-hashes",
     OVERRIDE_OPTION: "--override",
     BUDGET_OPTION: "--budget",
+    CLAIMS_OPTION: "--claims",
 }
 # Short forms that are no longer accepted, and whose option they would collide with.
 DROPPED_ALIASES = {"--profile": "pytest-profiling's --profile (profile the tests with cProfile)"}

@@ -32,6 +32,7 @@ AUDIT_MODULES = (
     "smoke",
     "evaluation",
     "preflight",
+    "claims",
 )
 # `capsule.md` and `smoke.py` are file names, not ids; no audit is named like a suffix (tested below).
 FILE_SUFFIXES = frozenset({"md", "py", "json", "toml", "yaml", "csv", "parquet", "html", "txt", "png", "pth"})

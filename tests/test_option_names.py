@@ -206,11 +206,13 @@ def test_the_kept_aliases_work_beside_pytest_profiling(
         ("--runaudit-fresh-hashes", None, "runaudit_fresh_hashes"),
         ("--runaudit-override", "DATA_DIR=/x", "runaudit_overrides"),
         ("--runaudit-budget", "disk=1M", "runaudit_budget"),
+        ("--runaudit-claims", "README.md", "runaudit_claims"),
     ],
 )
 def test_an_alias_is_the_same_option(
     pytester: pytest.Pytester, canonical: str, value: str | None, dest: str
 ) -> None:
+    pytester.makefile(".md", README="accuracy 0.98\n")  # --runaudit-claims takes existing documents
     values = [value] if value is not None else []
     by_name = pytester.parseconfig("-p", "runaudit.fixtures.plugin", canonical, *values)
     by_alias = pytester.parseconfig(

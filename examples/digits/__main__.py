@@ -12,7 +12,7 @@ import signal
 import sys
 from pathlib import Path
 
-from runaudit.examples.digits.build import produce
+from runaudit.examples.digits.build import DEMO_ARM, DEMO_GROUP, produce
 from runaudit.examples.digits.train import DEFAULT_CONFIG, STOP, Preempted
 from runaudit.writer import WriterError
 
@@ -35,6 +35,7 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=DEFAULT_CONFIG["train"]["seed"])
     parser.add_argument("--throttle", type=float, default=0.0, help="seconds to sleep after each epoch")
     parser.add_argument("--zero-inputs", action="store_true", help="train on zeroed inputs (a broken model)")
+    parser.add_argument("--arm", default=DEMO_ARM, help=f"the arm of group {DEMO_GROUP} it is a seed of")
     args = parser.parse_args()
     config = copy.deepcopy(DEFAULT_CONFIG)
     config["train"].update(
@@ -42,7 +43,9 @@ def main() -> int:
     )
     signal.signal(signal.SIGTERM, lambda number, frame: STOP.set())
     try:
-        produce(args.root.resolve(), args.run_id, config, log=lambda line: print(line, flush=True))
+        produce(
+            args.root.resolve(), args.run_id, config, arm=args.arm, log=lambda line: print(line, flush=True)
+        )
     except WriterError as exc:
         print(f"digits: error: {exc}", file=sys.stderr)
         return 2

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import IO, Any
 
 DEMO_RUN_ID = "demo"
+DEMO_GROUP, DEMO_ARM = "digits-demo", "cnn"
 SOURCE_DIR = Path(__file__).resolve().parent
 DECLARATIONS = (
     ("seeds", "single", "the demo trains one seed; no claim rests on a seed band"),
@@ -33,9 +34,12 @@ class DemoBuildError(RuntimeError):
     """The demo could not be produced or sealed; the message says where the evidence is."""
 
 
-def produce(root: Path, run_id: str, config: dict[str, Any], *, log: Any = print) -> Path:
+def produce(
+    root: Path, run_id: str, config: dict[str, Any], *, arm: str = DEMO_ARM, log: Any = print
+) -> Path:
     """Train, evaluate and declare ``run_id`` under ``root/active/`` through the capsule writer (the
-    producer's half of a run); returns the run folder, ready for ``runaudit close``."""
+    producer's half of a run) as one seed of ``arm`` in the demo's comparison group; returns the run
+    folder, ready for ``runaudit close``."""
     import torch  # noqa: F401  (loaded before the writer reads the environment and determinism flags)
 
     from runaudit.examples.digits import data as digits_data
@@ -64,7 +68,7 @@ def produce(root: Path, run_id: str, config: dict[str, Any], *, log: Any = print
         selection=Selection("accuracy", "max", "val"),
         schedule=settings["schedule"],
         protocol_id=PROTOCOL_ID,
-        comparison={"group": "digits-demo", "arm": "cnn"},
+        comparison={"group": DEMO_GROUP, "arm": arm},
         worker_seeding=True,
         entrypoint="python -m runaudit.examples.digits",
         source_dir=SOURCE_DIR,

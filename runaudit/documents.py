@@ -1,0 +1,727 @@
+"""The numbers a document states about metrics: Markdown, LaTeX and CSV read with real parsers.
+
+A paper, a README or a slide's table quotes results; the claims gate (docs/claims.md) checks each against
+the capsule it came from. This module only reads: it finds each number that is a statement about a metric
+and what the document says it is about, and leaves the judging to :mod:`runaudit.delivery`.
+
+- **Markdown** is parsed with markdown-it-py (CommonMark plus tables): fenced and inline code is never
+  read, table cells keep their column's header, and paragraphs keep their source lines.
+- **LaTeX** is parsed with pylatexenc: ``tabular`` environments are split into cells on the parser's own
+  ``&`` and ``\\\\`` nodes (``\\multicolumn`` spans its columns), and cell and prose text is what
+  ``latex2text`` prints (``$\\pm$`` is ±, ``\\%`` is %). Arguments of layout and reference macros
+  (``\\vspace{0.5em}``, ``\\cite``, ``\\ref``, ...) are never numbers.
+- **CSV** is read with :mod:`csv`; the CSV that ``runaudit table`` writes carries its provenance per row.
+
+A number is a statement about a metric when it shows decimals, a percent sign or a ± error, and a metric
+the capsules declare is named by its table column or, in prose, by its sentence (else the paragraph's last
+metric before it). An integer ("10 epochs"), a delta ("by 1.2 points", "+0.4") and anything in code are
+not. An anchor pins the next number: ``<!-- runaudit: RUN/TEST/METRIC/CONDITION -->`` in Markdown,
+``% runaudit: RUN/TEST/METRIC/CONDITION`` in LaTeX, and ``runaudit: ignore`` says the next number is not a
+claim. ``runaudit table`` stamps the tables it generates (``runaudit table: group G, test T; provenance of
+every cell in FILE``), so their cells are checked against the group they were generated from.
+"""
+
+from __future__ import annotations
+
+import bisect
+import csv
+import io
+import re
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field, replace
+from decimal import Decimal, InvalidOperation
+from pathlib import Path
+from typing import Any
+
+# A document is text a person wrote; a paper's source is well under this.
+DOCUMENT_CAP = 16 << 20
+FORMATS = {".md": "markdown", ".markdown": "markdown", ".tex": "latex", ".csv": "csv"}
+# The header of the CSV that ``runaudit table --format csv`` writes (runaudit.tables).
+GENERATED_CSV_HEADER = ["arm", "metric", "condition", "mean", "standard_error", "n", "shown", "runs"]
+IGNORE = "ignore"
+
+_NUMBER = re.compile(
+    r"(?<![\w.\\/#^-])(?P<sign>[+\-−])?(?P<int>\d+)(?:\.(?P<frac>\d+))?(?![\w.]*\d)(?![a-zA-Z])"
+    r"(?:\s*(?:±|\+/-|\+-)\s*(?P<err>\d+(?:\.\d+)?))?"
+    r"(?P<pct>\s?%)?"
+)
+_DELTA_BEFORE = re.compile(r"\b(?:by|of up to|improves?|improved|gains?|drops? by)\s+$", re.IGNORECASE)
+_DELTA_AFTER = re.compile(r"^\s*(?:points?|pp\b|p\.p\.|percentage points?|x\b|×|times\b)", re.IGNORECASE)
+_SENTENCE_END = re.compile(r"[.!?;](?=\s)|\n\s*\n")
+_STAMP = re.compile(
+    r"runaudit table:\s*group\s+(?P<group>.+?),\s*test\s+(?P<test>[^;]+);.*?\bin\s+(?P<sidecar>\S+)"
+)
+_ANCHOR = re.compile(r"^\s*runaudit:\s*(?P<target>\S+)\s*$")
+_MD_COMMENT = re.compile(r"<!--(.*?)-->", re.DOTALL)
+_TAG = re.compile(r"</?[A-Za-z][^>]*>")
+_CODE_SPAN = re.compile(r"(`+)(?:(?!\1).)+?\1", re.DOTALL)
+# Anchors travel through prose as these private-use markers, so they stay where the author put them.
+_MARK = re.compile("\ue000([\ue100-\uf8ff])")
+_MARK_BASE = 0xE100
+# Macros whose arguments are layout, labels or references: never a stated result.
+LATEX_SKIPPED = frozenset(
+    {
+        "vspace", "hspace", "label", "ref", "eqref", "autoref", "cref", "Cref", "cite", "citep", "citet",
+        "includegraphics", "input", "include", "usepackage", "documentclass", "url", "href", "setlength",
+        "addtolength", "resizebox", "scalebox", "bibliography", "cmidrule",
+        "toprule", "midrule", "bottomrule", "hline", "cline", "addlinespace", "begin", "end", "newcommand",
+        "renewcommand", "arraystretch", "tabcolsep", "fontsize", "linewidth", "textwidth", "columnwidth",
+    }
+)  # fmt: skip
+TABULARS = frozenset({"tabular", "tabular*", "tabularx", "longtable", "array"})
+LATEX_RULES = frozenset({"toprule", "midrule", "bottomrule", "hline", "cline", "cmidrule", "addlinespace"})
+
+
+class DocumentError(ValueError):
+    """The document cannot be read as its format; the message names the file and what was found."""
+
+
+@dataclass(frozen=True)
+class Printed:
+    """A number as the document prints it: its value, the decimals shown, a percent sign, a ± error."""
+
+    text: str
+    value: Decimal
+    decimals: int
+    percent: bool
+    error: Decimal | None = None
+    error_decimals: int | None = None
+
+
+@dataclass(frozen=True)
+class Stamp:
+    """The stamp of a table ``runaudit table`` generated: which group and test, and its provenance file."""
+
+    group: str
+    test_id: str
+    sidecar: str
+
+
+@dataclass(frozen=True)
+class Statement:
+    """One number the document states about a metric, and everything it says the number is about."""
+
+    document: str
+    line: int
+    ordinal: int  # 1 for the first number on its line, 2 for the next, ...
+    printed: Printed
+    context: str  # the source line, trimmed
+    metric: str | None
+    condition: str | None = None
+    subject: str | None = None  # a run id or arm the row or sentence names
+    anchor: str | None = None  # RUN/TEST/METRIC/CONDITION
+    stamp: Stamp | None = None
+    provenance: tuple[tuple[str, str], ...] = ()  # (run id, run.json sha256) a generated CSV row names
+    where: str = "prose"  # "prose" or "table"
+
+    @property
+    def subject_id(self) -> str:
+        return f"{Path(self.document).name}:{self.line}:{self.ordinal}"
+
+
+@dataclass(frozen=True)
+class Vocabulary:
+    """The names the capsules in scope use: a document's words are matched against these."""
+
+    metrics: tuple[str, ...]
+    conditions: tuple[str, ...]
+    subjects: tuple[str, ...]  # run ids and arms
+    _patterns: dict[str, re.Pattern[str]] = field(default_factory=dict, compare=False, repr=False)
+
+    def _pattern(self, kind: str) -> re.Pattern[str]:
+        if kind not in self._patterns:
+            names = sorted(getattr(self, kind), key=len, reverse=True)
+            alternatives = "|".join(_spelled(name) for name in names) or r"(?!x)x"
+            self._patterns[kind] = re.compile(rf"(?<![\w-])({alternatives})(?![\w-])", re.IGNORECASE)
+        return self._patterns[kind]
+
+    def mentions(self, kind: str, text: str) -> list[tuple[int, str]]:
+        """(offset, declared name) of each mention of a metric, condition or subject in ``text``."""
+        canonical = {_key(name): name for name in getattr(self, kind)}
+        return [
+            (found.start(), canonical[_key(found.group(1))]) for found in self._pattern(kind).finditer(text)
+        ]
+
+    def first(self, kind: str, text: str) -> str | None:
+        found = self.mentions(kind, text)
+        return found[0][1] if found else None
+
+
+def _spelled(name: str) -> str:
+    """A name as prose writes it: ``cross_entropy`` is also cross-entropy, cross entropy, cross\\_entropy."""
+    return r"(?:_|\\_|[ -])".join(re.escape(part) for part in name.split("_"))
+
+
+def _key(text: str) -> str:
+    return re.sub(r"(?:\\_|[ _-])", "_", text).casefold()
+
+
+def format_of(path: Path) -> str | None:
+    return FORMATS.get(path.suffix.lower())
+
+
+def parse_number(found: re.Match[str]) -> Printed | None:
+    """The :class:`Printed` of one match of the number pattern; None for a number that is no result."""
+    integer, fraction, error = found.group("int"), found.group("frac"), found.group("err")
+    percent = found.group("pct") is not None
+    if fraction is None and not percent and error is None:
+        return None  # an integer: a count, a year, an epoch
+    sign = "-" if found.group("sign") in ("-", "−") else ""
+    try:
+        value = Decimal(f"{sign}{integer}.{fraction or '0'}")
+        spread = Decimal(error) if error is not None else None
+    except InvalidOperation:
+        return None
+    error_decimals = len(error.partition(".")[2]) if error is not None else None
+    return Printed(found.group(0).strip(), value, len(fraction or ""), percent, spread, error_decimals)
+
+
+# -- prose -------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Prose:
+    """Text with anchors marked, and the source line of every offset (for paragraphs spread over lines)."""
+
+    text: str = ""
+    starts: list[int] = field(default_factory=list)  # offsets where a new source line begins
+    lines: list[int] = field(default_factory=list)  # ... and that line's number
+    anchors: list[str] = field(default_factory=list)
+
+    def add(self, text: str, line: int) -> None:
+        position = len(self.text)
+        for index, piece in enumerate(text.split("\n")):
+            self.starts.append(position)
+            self.lines.append(line + index)
+            position += len(piece) + 1
+        self.text += text
+
+    def anchor(self, target: str) -> str:
+        self.anchors.append(target)
+        if len(self.anchors) > 0xF8FF - _MARK_BASE:
+            raise DocumentError(f"more than {0xF8FF - _MARK_BASE} runaudit anchors in one document")
+        return "\ue000" + chr(_MARK_BASE + len(self.anchors) - 1)
+
+    def line_of(self, offset: int) -> int:
+        return self.lines[max(bisect.bisect_right(self.starts, offset) - 1, 0)]
+
+
+def prose_statements(
+    prose: Prose, vocabulary: Vocabulary, document: str, source: Sequence[str]
+) -> Iterator[Statement]:
+    """Every claim in ``prose``: numbers of a sentence naming a metric, or anchored."""
+    text = prose.text
+    metrics = vocabulary.mentions("metrics", text)
+    bounds = [0, *(found.end() for found in _SENTENCE_END.finditer(text)), len(text)]
+    paragraph_breaks = [found.start() for found in re.finditer(r"\n\s*\n", text)]
+    numbers = [(found, parse_number(found)) for found in _NUMBER.finditer(text)]
+    anchors = _anchored(text, prose.anchors, numbers, paragraph_breaks)
+    for index, (found, printed) in enumerate(numbers):
+        anchor = anchors.get(index)
+        if anchor == IGNORE:
+            continue
+        if printed is None:
+            if anchor is None:
+                continue
+            printed = Printed(found.group(0).strip(), Decimal(found.group(0).strip().lstrip("+")), 0, False)
+        if anchor is None and _is_delta(text, found):
+            continue
+        sentence = bisect.bisect_right(bounds, found.start())
+        start, end = bounds[sentence - 1], bounds[min(sentence, len(bounds) - 1)]
+        metric = _nearest(metrics, found.start(), start, end)
+        if metric is None:
+            earlier = _before_in_paragraph(metrics, found.start(), paragraph_breaks)
+            if not earlier and anchor is None:
+                continue  # a paragraph that names no metric states none
+            metric = earlier.pop() if len(earlier) == 1 else None  # several: which one is not said
+        lower, upper = _clause(metrics, found.start(), start, end)
+        line = prose.line_of(found.start())
+        yield _statement(
+            document,
+            source,
+            line,
+            printed,
+            metric=metric,
+            condition=_closest(vocabulary.mentions("conditions", text[lower:upper]), found.start() - lower),
+            subject=_closest(vocabulary.mentions("subjects", text[lower:upper]), found.start() - lower)
+            or _closest(vocabulary.mentions("subjects", text[start:end]), found.start() - start),
+            anchor=anchor,
+        )
+
+
+def _anchored(
+    text: str,
+    targets: Sequence[str],
+    numbers: Sequence[tuple[re.Match[str], Printed | None]],
+    breaks: Sequence[int],
+) -> dict[int, str]:
+    """Which number each anchor pins: the first result after it in its paragraph ("Seed 2 ends at 1.45"
+    pins 1.45, not the 2), else the first number there; an anchor with neither pins nothing."""
+    pinned: dict[int, str] = {}
+    for mark in _MARK.finditer(text):
+        paragraph = bisect.bisect_right(breaks, mark.start())
+        following = [
+            index
+            for index, (found, _) in enumerate(numbers)
+            if found.start() > mark.start()
+            and bisect.bisect_right(breaks, found.start()) == paragraph
+            and index not in pinned
+        ]
+        results = [index for index in following if numbers[index][1] is not None]
+        chosen = results or following
+        if chosen:
+            pinned[chosen[0]] = targets[ord(mark.group(1)) - _MARK_BASE]
+    return pinned
+
+
+def _is_delta(text: str, found: re.Match[str]) -> bool:
+    if found.group("sign") == "+":
+        return True
+    return bool(_DELTA_BEFORE.search(text[max(0, found.start() - 20) : found.start()])) or bool(
+        _DELTA_AFTER.match(text[found.end() : found.end() + 24])
+    )
+
+
+def _nearest(mentions: list[tuple[int, str]], offset: int, start: int, end: int) -> str | None:
+    """The metric named closest before ``offset`` in its sentence, else the first after it there."""
+    before = [name for position, name in mentions if start <= position < offset]
+    if before:
+        return before[-1]
+    after = [name for position, name in mentions if offset <= position < end]
+    return after[0] if after else None
+
+
+def _clause(mentions: list[tuple[int, str]], offset: int, start: int, end: int) -> tuple[int, int]:
+    """The part of the sentence that speaks of the number's metric: from after the metric named before
+    its own (or the sentence's start) to the next metric named after the number (or the sentence's end).
+    "accuracy of 98.1 % on clean digits, and its cross-entropy under noise is 0.43": clean goes with
+    98.1, noise with 0.43."""
+    before = [position for position, _ in mentions if start <= position < offset]
+    after = [position for position, _ in mentions if offset < position < end]
+    lower = before[-2] + 1 if len(before) >= 2 else start
+    return lower, after[0] if after else end
+
+
+def _closest(mentions: list[tuple[int, str]], offset: int) -> str | None:
+    return min(mentions, key=lambda item: abs(item[0] - offset))[1] if mentions else None
+
+
+def _before_in_paragraph(mentions: list[tuple[int, str]], offset: int, breaks: list[int]) -> set[str]:
+    """The metrics named earlier in the paragraph ("accuracy is 98.1 %. Under noise, 86.4 %.")."""
+    paragraph = bisect.bisect_right(breaks, offset)
+    return {
+        name
+        for position, name in mentions
+        if position < offset and bisect.bisect_right(breaks, position) == paragraph
+    }
+
+
+def _statement(document: str, source: Sequence[str], line: int, printed: Printed, **about: Any) -> Statement:
+    """A statement of ``document`` at ``line``, quoting that source line; numbered once all are found."""
+    return Statement(
+        document=document, line=line, ordinal=0, printed=printed, context=_context(source, line), **about
+    )
+
+
+def _context(source: Sequence[str], line: int) -> str:
+    text = source[line - 1].strip() if 0 < line <= len(source) else ""
+    return text if len(text) <= 160 else text[:157] + "..."
+
+
+# -- tables ------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Row:
+    line: int
+    cells: tuple[str, ...]
+
+
+def table_statements(
+    heads: Sequence[str],
+    rows: Iterable[Row],
+    vocabulary: Vocabulary,
+    document: str,
+    source: Sequence[str],
+    stamp: Stamp | None,
+) -> Iterator[Statement]:
+    """One statement per number in a cell whose column header names a metric; its row's label is the subject."""
+    columns = [(vocabulary.first("metrics", head), vocabulary.first("conditions", head)) for head in heads]
+    for row in rows:
+        label = row.cells[0] if row.cells else ""
+        subject = _exact_subject(vocabulary, label) if stamp is None else label.strip()
+        for (metric, condition), cell in zip(columns[1:], row.cells[1:], strict=False):
+            anchor = None
+            marked = re.search(r"runaudit:\s*(\S+)", cell)
+            if marked:
+                anchor = marked.group(1)
+                if anchor == IGNORE:
+                    continue
+            if metric is None and anchor is None:
+                continue
+            for found in _NUMBER.finditer(_MD_COMMENT.sub(" ", cell)):
+                printed = parse_number(found)
+                if printed is None:
+                    continue
+                yield _statement(
+                    document,
+                    source,
+                    row.line,
+                    printed,
+                    metric=metric,
+                    condition=condition,
+                    subject=subject,
+                    anchor=anchor,
+                    stamp=stamp,
+                    where="table",
+                )
+                break  # one claim per cell: "46.4 ± 2.0 (n=3)" is one number with its error
+
+
+def _exact_subject(vocabulary: Vocabulary, label: str) -> str | None:
+    """A row label that is a run id or an arm (after markup is dropped), else None."""
+    plain = re.sub(r"[*_`\\{}]|\\text\w+", "", label).strip()
+    return next((name for name in vocabulary.subjects if name.casefold() == plain.casefold()), None)
+
+
+def _stamp(comment: str) -> Stamp | None:
+    found = _STAMP.search(comment)
+    return (
+        Stamp(found.group("group").strip(), found.group("test").strip(), found.group("sidecar").strip())
+        if found
+        else None
+    )
+
+
+def _anchor(comment: str) -> str | None:
+    found = _ANCHOR.match(comment)
+    return found.group("target") if found else None
+
+
+# -- Markdown ----------------------------------------------------------------------------------------------
+
+
+def markdown_statements(text: str, vocabulary: Vocabulary, document: str) -> Iterator[Statement]:
+    from markdown_it import MarkdownIt
+
+    source = text.splitlines()
+    tokens = MarkdownIt("commonmark").enable("table").parse(text)
+    prose = Prose()
+    stamp: Stamp | None = None
+    pending = ""  # anchors on lines of their own, for the paragraph that follows
+    index = 0
+    while index < len(tokens):
+        token = tokens[index]
+        if token.type == "html_block" and _TAG.sub("", _MD_COMMENT.sub("", token.content)).strip():
+            # "<!-- runaudit: ... --> Seed 2 ends at 1.45." opens an HTML block: its text is prose all the same
+            content = _MD_COMMENT.sub(lambda found: _marked(prose, found.group(1)), token.content)
+            prose.add("\n\n" + pending + _TAG.sub(" ", content), _first_line(token) - 2)
+            pending = ""
+        elif token.type == "html_block":
+            for comment in _MD_COMMENT.findall(token.content):
+                if (found := _stamp(comment)) is not None:
+                    stamp = found
+                elif (target := _anchor(comment)) is not None:
+                    pending += prose.anchor(target)
+        elif token.type == "table_open":
+            end = next(i for i in range(index, len(tokens)) if tokens[i].type == "table_close")
+            heads, rows = _markdown_table(tokens[index:end])
+            yield from table_statements(heads, rows, vocabulary, document, source, stamp)
+            stamp = None
+            index = end
+        elif token.type == "inline" and token.map is not None:
+            content = _MD_COMMENT.sub(lambda found: _marked(prose, found.group(1)), token.content)
+            content = _CODE_SPAN.sub(lambda found: re.sub(r"[^\n]", " ", found.group(0)), content)
+            prose.add("\n\n" + pending + content, _first_line(token) - 2)
+            pending = ""
+        elif token.type in ("fence", "code_block"):
+            prose.add("\n\n", _first_line(token))
+        index += 1
+    yield from prose_statements(prose, vocabulary, document, source)
+
+
+def _marked(prose: Prose, comment: str) -> str:
+    """An anchor comment as its marker in the prose; any other comment as a space."""
+    target = _anchor(comment)
+    return prose.anchor(target) if target is not None else " "
+
+
+def _first_line(token: object) -> int:
+    mapped = getattr(token, "map", None)
+    return mapped[0] + 1 if mapped else 1
+
+
+def _markdown_table(tokens: Sequence[object]) -> tuple[list[str], list[Row]]:
+    heads: list[str] = []
+    rows: list[Row] = []
+    current: list[str] = []
+    line = 1
+    in_head = False
+    for token in tokens:
+        kind = getattr(token, "type", "")
+        if kind == "thead_open":
+            in_head = True
+        elif kind == "thead_close":
+            in_head = False
+        elif kind == "tr_open":
+            current, line = [], _first_line(token)
+        elif kind == "inline":
+            current.append(getattr(token, "content", ""))
+        elif kind == "tr_close":
+            if in_head:
+                heads = current
+            else:
+                rows.append(Row(line, tuple(current)))
+    return heads, rows
+
+
+# -- LaTeX -------------------------------------------------------------------------------------------------
+
+
+def latex_statements(text: str, vocabulary: Vocabulary, document: str) -> Iterator[Statement]:
+    from pylatexenc.latexwalker import LatexWalker, LatexWalkerError
+
+    source = text.splitlines()
+    newlines = [found.start() for found in re.finditer("\n", text)]
+
+    def line_at(position: int) -> int:
+        return bisect.bisect_left(newlines, position) + 1
+
+    try:
+        nodes, _, _ = LatexWalker(text, tolerant_parsing=True).get_latex_nodes()
+    except (LatexWalkerError, RecursionError) as exc:
+        raise DocumentError(f"{document}: not LaTeX the parser can read ({type(exc).__name__})") from None
+    prose = Prose()
+    tables: list[Statement] = []
+    stamp: list[Stamp | None] = [None]
+    _walk_latex(nodes, prose, tables, stamp, line_at, vocabulary, document, source)
+    yield from tables
+    yield from prose_statements(prose, vocabulary, document, source)
+
+
+def _walk_latex(nodes, prose, tables, stamp, line_at, vocabulary, document, source) -> None:  # type: ignore[no-untyped-def]
+    from pylatexenc.latexwalker import (
+        LatexCharsNode,
+        LatexCommentNode,
+        LatexEnvironmentNode,
+        LatexGroupNode,
+        LatexMacroNode,
+    )
+
+    for node in nodes or ():
+        if node is None:
+            continue
+        line = line_at(node.pos)
+        if isinstance(node, LatexCommentNode):
+            if (found := _stamp(node.comment)) is not None:
+                stamp[0] = found
+            elif (target := _anchor(node.comment)) is not None:
+                prose.add(prose.anchor(target), line)
+        elif isinstance(node, LatexEnvironmentNode):
+            if node.environmentname in TABULARS:
+                heads, rows = _latex_table(node, line_at)
+                tables.extend(table_statements(heads, rows, vocabulary, document, source, stamp[0]))
+                stamp[0] = None
+                prose.add("\n\n", line)
+            elif node.environmentname in (
+                "table",
+                "table*",
+                "figure",
+                "figure*",
+                "center",
+                "document",
+                "abstract",
+                "itemize",
+                "enumerate",
+                "minipage",
+                "small",
+                "footnotesize",
+            ):
+                prose.add("\n\n", line)
+                _walk_latex(node.nodelist, prose, tables, stamp, line_at, vocabulary, document, source)
+                prose.add("\n\n", line_at(node.pos + node.len))
+            else:
+                prose.add(_latex_text(node.latex_verbatim()), line)
+        elif isinstance(node, LatexCharsNode):
+            prose.add(node.chars, line)
+        elif isinstance(node, LatexMacroNode) and node.macroname in LATEX_SKIPPED:
+            prose.add(" ", line)
+        elif isinstance(node, LatexMacroNode) and node.macroname in (
+            "section",
+            "subsection",
+            "paragraph",
+            "item",
+        ):
+            prose.add("\n\n" + _latex_text(node.latex_verbatim()) + ". ", line)
+        elif isinstance(node, LatexGroupNode):
+            _walk_latex(node.nodelist, prose, tables, stamp, line_at, vocabulary, document, source)
+        else:
+            prose.add(_latex_text(node.latex_verbatim()), line)
+
+
+def _latex_text(latex: str) -> str:
+    from pylatexenc.latex2text import LatexNodes2Text
+
+    try:
+        return str(LatexNodes2Text(math_mode="text").latex_to_text(latex))
+    except (ValueError, RecursionError, IndexError):
+        return " "
+
+
+def _latex_table(environment, line_at) -> tuple[list[str], list[Row]]:  # type: ignore[no-untyped-def]
+    """The header and rows of a tabular, split on the parser's ``&`` and ``\\\\`` nodes."""
+    from pylatexenc.latexwalker import LatexCommentNode, LatexGroupNode, LatexMacroNode, LatexSpecialsNode
+
+    rows: list[Row] = []
+    cells: list[str] = []
+    cell: list[str] = []
+    start: int | None = None
+    pending_span = 1
+
+    def close_cell() -> None:
+        nonlocal pending_span
+        raw = "".join(cell)
+        if not cells:  # a row's first cell: "\\[2pt]" leaves its spacing ahead of the label
+            raw = re.sub(r"^\s*\[[^\]]*\]", "", raw)
+        text = _latex_text(raw).strip()
+        if "\ue002" in text:
+            text = ""
+        cells.extend([text] * pending_span)
+        cell.clear()
+        pending_span = 1
+
+    nodes = list(environment.nodelist or ())
+    index = 0
+    while index < len(nodes):
+        node = nodes[index]
+        if node is None:
+            index += 1
+            continue
+        if isinstance(node, LatexSpecialsNode) and node.specials_chars == "&":
+            close_cell()
+        elif isinstance(node, LatexMacroNode) and node.macroname == "\\":
+            close_cell()
+            if any(cells) and start is not None:
+                rows.append(Row(line_at(start), tuple(cells)))
+            cells, start = [], None
+        elif isinstance(node, LatexMacroNode) and node.macroname in LATEX_RULES:
+            pass
+        elif isinstance(node, LatexCommentNode):
+            if (target := _anchor(node.comment)) is not None:
+                cell.append(f" runaudit: {target} ")
+        elif isinstance(node, LatexMacroNode) and node.macroname == "multicolumn":
+            groups = [n for n in nodes[index + 1 : index + 4] if isinstance(n, LatexGroupNode)]
+            if len(groups) == 3:
+                span = re.sub(r"\D", "", groups[0].latex_verbatim())
+                pending_span = int(span) if span else 1
+                cell.append(groups[2].latex_verbatim()[1:-1])
+                start = node.pos if start is None else start
+                cell.append("\ue002")  # spans columns: a heading, not one column's number
+                index = nodes.index(groups[2]) + 1
+                continue
+        else:
+            verbatim = node.latex_verbatim()
+            if start is None and verbatim.strip():
+                start = node.pos + len(verbatim) - len(verbatim.lstrip())
+            cell.append(node.latex_verbatim())
+        index += 1
+    close_cell()
+    if any(cells) and start is not None:
+        rows.append(Row(line_at(start), tuple(cells)))
+    if not rows:
+        return [], []
+    return list(rows[0].cells), rows[1:]
+
+
+# -- CSV ---------------------------------------------------------------------------------------------------
+
+
+def csv_statements(text: str, vocabulary: Vocabulary, document: str) -> Iterator[Statement]:
+    source = text.splitlines()
+    try:
+        table = list(csv.reader(io.StringIO(text)))
+    except csv.Error as exc:
+        raise DocumentError(f"{document}: not CSV ({exc})") from None
+    if not table:
+        return
+    heads = [head.strip() for head in table[0]]
+    if heads == GENERATED_CSV_HEADER:
+        yield from _generated_csv(table[1:], document, source)
+        return
+    lowered = [head.casefold() for head in heads]
+    if "metric" in lowered and (value := _first_of(lowered, ("value", "mean", "score"))) is not None:
+        metric_at = lowered.index("metric")
+        condition_at = _first_of(lowered, ("condition", "condition_id"))
+        subject_at = _first_of(lowered, ("run", "run_id", "arm", "model", "method"))
+        for number, row in enumerate(table[1:], start=2):
+            if len(row) <= max(value, metric_at):
+                continue
+            found = _NUMBER.search(row[value])
+            printed = parse_number(found) if found else None
+            metric = vocabulary.first("metrics", row[metric_at])
+            if printed is None or metric is None:
+                continue
+            yield _statement(
+                document,
+                source,
+                number,
+                printed,
+                metric=metric,
+                condition=vocabulary.first("conditions", row[condition_at])
+                if condition_at is not None and condition_at < len(row)
+                else None,
+                subject=_exact_subject(vocabulary, row[subject_at])
+                if subject_at is not None and subject_at < len(row)
+                else None,
+                where="table",
+            )
+        return
+    rows = [Row(number, tuple(row)) for number, row in enumerate(table[1:], start=2)]
+    yield from table_statements(heads, rows, vocabulary, document, source, None)
+
+
+def _first_of(heads: list[str], names: Sequence[str]) -> int | None:
+    return next((heads.index(name) for name in names if name in heads), None)
+
+
+def _generated_csv(rows: list[list[str]], document: str, source: Sequence[str]) -> Iterator[Statement]:
+    """The CSV ``runaudit table`` writes: its ``shown`` column is the claim, its ``runs`` the provenance."""
+    for number, row in enumerate(rows, start=2):
+        if len(row) != len(GENERATED_CSV_HEADER):
+            raise DocumentError(f"{document}:{number}: a generated table row has {len(row)} fields, not 8")
+        arm, metric, condition, _, _, _, shown, runs = row
+        found = _NUMBER.search(shown)
+        printed = parse_number(found) if found else None
+        if printed is None:
+            raise DocumentError(f"{document}:{number}: the shown cell {shown!r} holds no number")
+        provenance = tuple(tuple(item.split("@", 1)) for item in runs.split() if "@" in item)
+        yield _statement(
+            document,
+            source,
+            number,
+            printed,
+            metric=metric,
+            condition=condition,
+            subject=arm,
+            provenance=provenance,
+            where="table",
+        )
+
+
+# -- entry point -------------------------------------------------------------------------------------------
+
+READERS = {"markdown": markdown_statements, "latex": latex_statements, "csv": csv_statements}
+
+
+def statements(text: str, form: str, vocabulary: Vocabulary, document: str) -> list[Statement]:
+    """Every claim of one document, numbered per line in document order."""
+    try:
+        found = sorted(READERS[form](text, vocabulary, document), key=lambda item: item.line)
+    except RecursionError:
+        raise DocumentError(f"{document}: nested too deeply to read") from None
+    counted: dict[int, int] = {}
+    numbered = []
+    for item in found:
+        counted[item.line] = counted.get(item.line, 0) + 1
+        numbered.append(replace(item, ordinal=counted[item.line]))
+    return numbered

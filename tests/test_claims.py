@@ -1,0 +1,367 @@
+"""The claims gate on real documents: a README and a LaTeX paper section whose numbers were generated from
+the demo and a 3-seed arm trained here (``runaudit table``, the capsules' metrics.json), then edited by hand.
+
+Every number the tests write is read from the capsules or the generated tables, never typed: float bits of
+a training run differ across CPUs.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from runaudit.cli import main
+from runaudit.examples.digits.build import DEMO_GROUP, DEMO_RUN_ID
+from runaudit.siblings import sealed_runs
+
+SEEDS = ("seed-1", "seed-2", "seed-3")
+ARM = "short"
+AuditRun = Any  # conftest.AuditRun (tests/box has a conftest of its own: "import conftest" is ambiguous)
+
+
+def _close(root: Path, run_id: str) -> None:
+    assert main(["close", "--root", str(root), run_id]) == 0
+    sealed_runs.cache_clear()  # found once per process, as in a user's session; this one goes on sealing
+
+
+def _table(root: Path, form: str, out: Path) -> str:
+    assert (
+        main(["table", "--root", str(root), "--group", DEMO_GROUP, "--format", form, "--out", str(out)]) == 0
+    )
+    return out.read_text(encoding="utf-8")
+
+
+def metrics(root: Path, run_id: str) -> dict[tuple[str, str], float]:
+    document = json.loads((root / "export" / run_id / "test" / "main" / "metrics.json").read_text())
+    return {(row["metric"], row["condition_id"]): row["value"] for row in document["metrics"]}
+
+
+@pytest.fixture(scope="module")
+def delivered(demo_project: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """The demo's project with a second arm of three real 2-epoch seeds, sealed and verified; and the
+    documents generated from it: results tables (one made before the third seed was sealed), a README and
+    a LaTeX results section quoting the capsules' values."""
+    base = tmp_path_factory.mktemp("claims")
+    root = base / "project"
+    shutil.copytree(demo_project, root, symlinks=True, ignore=shutil.ignore_patterns("*.lock", "reports"))
+    children = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "runaudit.examples.digits",
+                "produce",
+                "--root",
+                str(root),
+                "--run-id",
+                run_id,
+                "--seed",
+                str(index),
+                "--epochs",
+                "2",
+                "--arm",
+                ARM,
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )  # fmt: skip
+        for index, run_id in enumerate(SEEDS, start=1)
+    ]
+    for child in children:
+        _, err = child.communicate(timeout=600)
+        assert child.returncode == 0, err.decode()
+    docs = base / "docs"
+    docs.mkdir()
+    for run_id in SEEDS[:2]:
+        _close(root, run_id)
+    stale = _table(root, "markdown", docs / "stale.md")  # generated before seed-3 was sealed
+    _close(root, SEEDS[2])
+    roster = base / "roster.txt"
+    roster.write_text("\n".join([DEMO_RUN_ID, *SEEDS]) + "\n")
+    assert main(["manifest", "--root", str(root), "--roster", str(roster), "--pull-id", "delivery"]) == 0
+    assert main(["verify", "--root", str(root), "--pull-id", "delivery"]) == 0
+    markdown = _table(root, "markdown", docs / "results.md")
+    latex = _table(root, "latex", docs / "results.tex")
+    _table(root, "csv", docs / "results.csv")
+    demo = metrics(root, DEMO_RUN_ID)
+    seed2 = metrics(root, "seed-2")
+    readme = "\n".join(
+        [
+            "# Digits",
+            "",
+            f"The demo reaches a clean accuracy of {100 * demo['accuracy', 'clean']:.2f} % after training, "
+            f"with a clean cross-entropy of {demo['cross_entropy', 'clean']:.4f}.",
+            f"Under noise its accuracy is {demo['accuracy', 'noise']:.4f}. It trains in 10 epochs on 1797 digits.",
+            "",
+            f"<!-- runaudit: seed-2/main/cross_entropy/clean --> Seed 2 alone ends at {seed2['cross_entropy', 'clean']:.4f}.",
+            "",
+            "Install it with `pip install torch==2.13.0` first.",
+            "",
+            "<!-- runaudit: ignore -->",
+            "Chance accuracy on ten digits is 10.0 %.",
+            "",
+            "## Seeds",
+            "",
+            markdown.rstrip("\n"),
+            "",
+        ]
+    )
+    paper = "\n".join(
+        [
+            r"\section{Results}",
+            r"\label{sec:results}",
+            f"Our network reaches an accuracy of {100 * demo['accuracy', 'clean']:.2f}\\,\\% on clean digits "
+            r"\cite{digits}, and",
+            f"its cross-entropy under noise is ${demo['cross_entropy', 'noise']:.4f}$. \\vspace{{0.5em}}",
+            "",
+            r"\begin{table}[t]",
+            r"\centering",
+            latex.rstrip("\n"),
+            r"\caption{Mean $\pm$ standard error over seeds.}",
+            r"\end{table}",
+            "",
+        ]
+    )
+    (docs / "README.md").write_text(readme, encoding="utf-8")
+    (docs / "paper.tex").write_text(paper, encoding="utf-8")
+    return {"root": root, "docs": docs, "stale": stale, "demo": demo, "seed2": seed2}
+
+
+def _claims(run_audits: Callable[..., AuditRun], delivered: dict[str, Any], *documents: Path) -> AuditRun:
+    return run_audits(
+        DEMO_RUN_ID,
+        delivered["root"],
+        "-m",
+        "claims",
+        "--runaudit-claims",
+        *(str(path) for path in documents),
+    )
+
+
+def _by_line(outcome: AuditRun) -> dict[str, dict[str, Any]]:
+    assert outcome.report is not None, outcome.result.stdout.str()
+    return {  # keyed by the document's file name: the report names it by its path from where pytest ran
+        Path(item["subject"]).name: item
+        for item in outcome.report["verdicts"]
+        if item["audit"] == "claims.number"
+    }
+
+
+def _line_of(document: Path, needle: str) -> int:
+    return next(number for number, line in enumerate(document.read_text().splitlines(), 1) if needle in line)
+
+
+def test_the_unedited_documents_pass_every_number(
+    run_audits: Callable[..., AuditRun], delivered: dict[str, Any]
+) -> None:
+    docs = delivered["docs"]
+    outcome = _claims(run_audits, delivered, docs / "README.md", docs / "paper.tex", docs / "results.csv")
+    verdicts = _by_line(outcome)
+    assert {item["verdict"] for item in verdicts.values()} == {"passed"}, verdicts
+    readme = {subject for subject in verdicts if subject.startswith("README.md:")}
+    # 4 prose numbers (the ignored chance level, the epoch and item counts and the install line are not
+    # claims) and the generated table's 2 arms x 4 columns.
+    assert len(readme) == 4 + 2 * 4
+    assert len([subject for subject in verdicts if subject.startswith("paper.tex:")]) == 2 + 2 * 4
+    assert len([subject for subject in verdicts if subject.startswith("results.csv:")]) == 2 * 4
+    first = verdicts[f"README.md:{_line_of(docs / 'README.md', 'clean accuracy')}:1"]
+    assert "run demo, test main: accuracy [clean]" in first["message"]
+    assert (
+        first["evidence"]["document"] == str(docs / "README.md")
+        and "clean accuracy" in first["evidence"]["text"]
+    )
+    assert outcome.result.ret == 0
+
+
+def _edited(delivered: dict[str, Any], name: str, change: Callable[[str], str], tmp_path: Path) -> Path:
+    """A copy of a generated document (and its sidecar) with one hand edit; the edit must change it."""
+    source = delivered["docs"] / name
+    target = tmp_path / name
+    for sidecar in delivered["docs"].glob("results.*.provenance.json"):
+        shutil.copy(sidecar, tmp_path / sidecar.name)
+    text = source.read_text(encoding="utf-8")
+    edited = change(text)
+    assert edited != text
+    target.write_text(edited, encoding="utf-8")
+    return target
+
+
+def _transpose(number: str) -> str:
+    """The first two adjacent different digits of ``number`` swapped (what a hurried typist does)."""
+    digits = [index for index, char in enumerate(number) if char.isdigit()]
+    for left, right in zip(digits, digits[1:], strict=False):
+        if right == left + 1 and number[left] != number[right]:
+            return number[:left] + number[right] + number[left] + number[right + 1 :]
+    raise AssertionError(f"{number} has no two adjacent different digits to transpose")
+
+
+def _arm_cell(document: str, arm: str, column: int) -> str:
+    """The text of ``arm``'s cell in the ``column``-th metric column of a generated Markdown table."""
+    row = next(line for line in document.splitlines() if line.startswith(f"| {arm} |"))
+    return [cell.strip() for cell in row.strip("|").split("|")][column]
+
+
+def test_a_transposed_digit_fails_in_prose_and_in_a_table(
+    run_audits: Callable[..., AuditRun], delivered: dict[str, Any], tmp_path: Path
+) -> None:
+    demo = delivered["demo"]
+    stated = f"{100 * demo['accuracy', 'clean']:.2f}"
+    readme = _edited(
+        delivered, "README.md", lambda text: text.replace(stated, _transpose(stated), 1), tmp_path
+    )
+    cell = _arm_cell((delivered["docs"] / "results.md").read_text(), ARM, 1)
+    mean = cell.split(" ± ")[0]
+    table = _edited(
+        delivered,
+        "results.md",
+        lambda text: text.replace(f"| {cell} |", f"| {_transpose(mean)} ± {cell.split(' ± ')[1]} |"),
+        tmp_path,
+    )
+    verdicts = _by_line(_claims(run_audits, delivered, readme, table))
+    prose = verdicts[f"README.md:{_line_of(readme, 'clean accuracy')}:1"]
+    assert prose["verdict"] == "failed" and f"{_transpose(stated)} %" in prose["message"]
+    row = verdicts[f"results.md:{_line_of(table, f'| {ARM} |')}:1"]
+    assert row["verdict"] == "failed" and f"group {DEMO_GROUP} arm {ARM}" in row["message"]
+    others = [item for item in verdicts.values() if item["subject"] not in (prose["subject"], row["subject"])]
+    assert others and {item["verdict"] for item in others} == {"passed"}
+
+
+def test_a_stale_table_and_a_stale_number_fail(
+    run_audits: Callable[..., AuditRun], delivered: dict[str, Any], tmp_path: Path
+) -> None:
+    docs = delivered["docs"]
+    stale = tmp_path / "stale.md"
+    shutil.copy(docs / "stale.md", stale)
+    shutil.copy(docs / "stale.md.provenance.json", tmp_path / "stale.md.provenance.json")
+    seed2 = f"{delivered['seed2']['cross_entropy', 'clean']:.4f}"
+    seed1 = f"{metrics(delivered['root'], 'seed-1')['cross_entropy', 'clean']:.4f}"
+    assert seed1 != seed2, "seeds 1 and 2 ended at the same cross-entropy: no stale number to plant"
+    readme = _edited(
+        delivered, "README.md", lambda text: text.replace(f"ends at {seed2}", f"ends at {seed1}"), tmp_path
+    )
+    verdicts = _by_line(_claims(run_audits, delivered, stale, readme))
+    short = [
+        item
+        for subject, item in verdicts.items()
+        if subject.startswith(f"stale.md:{_line_of(stale, f'| {ARM} |')}:")
+    ]
+    assert len(short) == 4
+    assert all(
+        item["verdict"] == "failed" and "stale" in item["message"] and "seed-3" in item["message"]
+        for item in short
+    )
+    number = verdicts[f"README.md:{_line_of(readme, 'Seed 2 alone')}:1"]
+    assert number["verdict"] == "failed" and seed1 in number["message"] and "run seed-2" in number["message"]
+
+
+def test_more_digits_than_the_seeds_or_the_capsule_support_fail(
+    run_audits: Callable[..., AuditRun], delivered: dict[str, Any], tmp_path: Path
+) -> None:
+    demo = delivered["demo"]
+    four, five = f"{demo['cross_entropy', 'noise']:.4f}", f"{demo['cross_entropy', 'noise']:.5f}"
+    paper = _edited(delivered, "paper.tex", lambda text: text.replace(f"${four}$", f"${five}$"), tmp_path)
+    provenance = json.loads((delivered["docs"] / "results.md.provenance.json").read_text())
+    (cell,) = [
+        c
+        for c in provenance["cells"]
+        if (c["arm"], c["metric"], c["condition"]) == (ARM, "cross_entropy", "clean")
+    ]
+    shown = cell["text"]
+    decimals = len(shown.split(" ± ")[0].partition(".")[2])
+    finer = f"{cell['mean']:.{decimals + 1}f} ± {shown.split(' ± ')[1]}"
+    table = _edited(
+        delivered, "results.md", lambda text: text.replace(f"| {shown} |", f"| {finer} |"), tmp_path
+    )
+    verdicts = _by_line(_claims(run_audits, delivered, paper, table))
+    line = verdicts[f"paper.tex:{_line_of(paper, five)}:1"]
+    assert (
+        line["verdict"] == "failed"
+        and "claims 5 decimals" in line["message"]
+        and "declares cross_entropy to 4" in line["message"]
+    )
+    row = [
+        item
+        for item in verdicts.values()
+        if item["evidence"].get("number", "").startswith(finer.split(" ")[0])
+    ]
+    assert len(row) == 1 and row[0]["verdict"] == "failed"
+    assert (
+        f"claims {decimals + 1} decimals" in row[0]["message"]
+        and "standard error over 3 seeds" in row[0]["message"]
+    )
+
+
+def test_a_number_with_no_artifact_is_listed_not_run(
+    run_audits: Callable[..., AuditRun], delivered: dict[str, Any], tmp_path: Path
+) -> None:
+    def add(text: str) -> str:
+        text = text.replace(
+            "## Seeds", "<!-- runaudit: seed-9/main/accuracy/clean --> Seed 9 reaches 0.9123.\n\n## Seeds"
+        )
+        row = next(line for line in text.splitlines() if line.startswith(f"| {ARM} |"))
+        return text.replace(row, row + "\n| literature | 0.9912 | 0.0400 | 0.9000 | 0.3000 |")
+
+    readme = _edited(delivered, "README.md", add, tmp_path)
+    outcome = _claims(run_audits, delivered, readme)
+    verdicts = _by_line(outcome)
+    anchored = verdicts[f"README.md:{_line_of(readme, 'Seed 9')}:1"]
+    assert anchored["verdict"] == "not_run" and "seed-9/main/accuracy/clean" in anchored["message"]
+    literature = [
+        item
+        for subject, item in verdicts.items()
+        if subject.startswith(f"README.md:{_line_of(readme, '| literature |')}:")
+    ]
+    assert len(literature) == 4 and {item["verdict"] for item in literature} == {"not_run"}
+    assert {item["verdict"] for item in verdicts.values()} == {"passed", "not_run"}
+    assert outcome.result.ret == 0  # listed as disclosures; --runaudit-strict would fail them
+
+
+def test_a_number_resting_on_a_capsule_that_lost_custody_fails(
+    run_audits: Callable[..., AuditRun], delivered: dict[str, Any], tmp_path: Path
+) -> None:
+    root = tmp_path / "project"
+    shutil.copytree(
+        delivered["root"], root, symlinks=True, ignore=shutil.ignore_patterns("*.lock", "reports")
+    )
+    best = root / "export" / "seed-1" / "best.pth"
+    data = bytearray(best.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    best.write_bytes(bytes(data))
+    outcome = run_audits(
+        DEMO_RUN_ID, root, "-m", "claims", "--runaudit-claims", str(delivered["docs"] / "results.md")
+    )
+    verdicts = _by_line(outcome)
+    short = [item for item in verdicts.values() if f"arm {ARM}" in item["message"]]
+    assert len(short) == 4
+    assert all(
+        item["verdict"] == "failed" and "seed-1, which has not held custody" in item["message"]
+        for item in short
+    )
+    demo = [item for item in verdicts.values() if "arm cnn" in item["message"]]
+    assert demo and {item["verdict"] for item in demo} == {"passed"}
+
+
+def test_a_document_with_no_claim_or_an_unknown_format_is_refused(
+    run_audits: Callable[..., AuditRun], delivered: dict[str, Any], tmp_path: Path
+) -> None:
+    empty = tmp_path / "NOTES.md"
+    empty.write_text("# Notes\n\nWe trained for 10 epochs on 1797 digits.\n")
+    verdicts = _by_line(_claims(run_audits, delivered, empty))
+    assert [item["verdict"] for item in verdicts.values()] == ["failed"]
+    assert "found no number stated about a metric" in next(iter(verdicts.values()))["message"]
+    pdf = tmp_path / "paper.pdf"
+    pdf.write_bytes(b"%PDF-1.7")
+    outcome = _claims(run_audits, delivered, pdf)
+    assert outcome.result.ret == 4
+    assert re.search(
+        r"--runaudit-claims/--claims reads .*\.tex.* documents, given: .*paper\.pdf",
+        outcome.result.stderr.str(),
+    )

@@ -1,0 +1,131 @@
+"""What the claims gate reads as a stated number, on the table and prose styles real papers and READMEs use."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from pathlib import Path
+
+import pytest
+
+from runaudit.documents import DocumentError, Vocabulary, statements
+
+WORDS = Vocabulary(("accuracy", "cross_entropy"), ("clean", "noise"), ("baseline", "probe", "demo"))
+
+# A NeurIPS-style booktabs table: a spanning header, \cmidrule, the best number in bold, row spacing, \%.
+BOOKTABS = r"""\begin{table}[t]
+  \caption{Results (mean $\pm$ s.e. over 3 seeds).}
+  \begin{tabular}{lcc}
+    \toprule
+    & \multicolumn{2}{c}{Digits} \\
+    \cmidrule(lr){2-3}
+    Method & Accuracy [clean] (\%) & Cross-entropy [noise] \\
+    \midrule
+    baseline & 46.4 $\pm$ 2.0 & 1.51 $\pm$ 0.14 \\[2pt]
+    probe & \textbf{49.12} & \underline{0.43} \\
+    ResNet-18~\cite{he2016} & 51.0 & -- \\
+    \bottomrule
+  \end{tabular}
+\end{table}
+"""
+
+
+def test_a_booktabs_table_gives_each_cell_its_column_and_row() -> None:
+    found = statements(BOOKTABS, "latex", WORDS, "paper.tex")
+    cells = {(item.subject, item.metric, item.condition): item.printed for item in found}
+    assert cells[("baseline", "accuracy", "clean")].error == Decimal("2.0")
+    assert cells[("baseline", "cross_entropy", "noise")].value == Decimal("1.51")
+    assert cells[("probe", "accuracy", "clean")].decimals == 2  # \textbf{} read through
+    assert cells[("probe", "cross_entropy", "noise")].text == "0.43"
+    other = [item for item in found if item.subject is None]  # a row naming no run or arm of ours
+    assert [item.printed.text for item in other] == ["51.0"]
+    assert all(item.where == "table" for item in found) and {item.line for item in found} == {9, 10, 11}
+
+
+def test_latex_prose_reads_percent_signs_and_math_and_skips_layout_and_references() -> None:
+    text = (
+        "Our model reaches an accuracy of 98.05\\,\\% on clean digits \\cite{x}, and\n"
+        "its cross-entropy under noise is $0.4341$. \\vspace{0.5em} See Table~\\ref{tab:2}.\n"
+        "% runaudit: ignore\n"
+        "Chance accuracy is 10.0\\%.\n"
+    )
+    found = statements(text, "latex", WORDS, "paper.tex")
+    assert [(item.line, item.printed.text, item.metric, item.condition) for item in found] == [
+        (1, "98.05 %", "accuracy", "clean"),
+        (2, "0.4341", "cross_entropy", "noise"),
+    ]
+
+
+def test_markdown_code_deltas_integers_and_other_metrics_are_not_claims() -> None:
+    text = "\n".join(
+        [
+            "Accuracy improves by 1.2 points (+0.4 on noise) after 10 epochs; F1 is 0.91.",
+            "",
+            "```",
+            "accuracy = 0.5",
+            "```",
+            "",
+            "Run `pytest --accuracy 0.75` first.",
+            "",
+            "The probe reaches an accuracy of 49.12 and a cross entropy of 0.43 under noise.",
+        ]
+    )
+    found = statements(text, "markdown", WORDS, "README.md")
+    assert [(item.printed.text, item.metric, item.subject) for item in found] == [
+        ("0.91", "accuracy", None),  # F1 is no declared metric: the sentence's metric is accuracy
+        ("49.12", "accuracy", "probe"),
+        ("0.43", "cross_entropy", "probe"),
+    ]
+    assert found[2].condition == "noise" and found[1].condition is None
+
+
+def test_an_anchor_pins_the_result_after_it_not_a_count() -> None:
+    text = "<!-- runaudit: probe/main/accuracy/clean --> Seed 4 of the probe ends at 49.12.\n"
+    (item,) = statements(text, "markdown", WORDS, "README.md")
+    assert (item.anchor, item.printed.text, item.line) == ("probe/main/accuracy/clean", "49.12", 1)
+
+
+def test_a_plain_csv_and_a_long_csv_name_their_metrics() -> None:
+    wide = "method,accuracy (clean),cross_entropy (noise)\nbaseline,0.834,1.51\nprobe,0.912,0.43\n"
+    found = statements(wide, "csv", WORDS, "results.csv")
+    assert [(item.line, item.subject, item.metric, item.printed.text) for item in found] == [
+        (2, "baseline", "accuracy", "0.834"),
+        (2, "baseline", "cross_entropy", "1.51"),
+        (3, "probe", "accuracy", "0.912"),
+        (3, "probe", "cross_entropy", "0.43"),
+    ]
+    long = "run,metric,condition,value\ndemo,accuracy,clean,0.9805\ndemo,f1,clean,0.97\n"
+    (item,) = statements(long, "csv", WORDS, "long.csv")
+    assert (item.subject, item.metric, item.condition, item.printed.decimals) == (
+        "demo",
+        "accuracy",
+        "clean",
+        4,
+    )
+
+
+@pytest.mark.parametrize(
+    ("form", "text"),
+    [
+        ("latex", "{" * 100_000 + "accuracy 0.5" + "}" * 100_000),
+        ("markdown", ">" * 100_000 + " accuracy 0.5"),
+        ("csv", '"accuracy,0.5\n' * 1000),
+    ],
+    ids=["latex-nested-100k", "markdown-quotes-100k", "csv-unclosed-quote"],
+)
+def test_hostile_documents_are_one_error_or_read_without_a_crash(form: str, text: str) -> None:
+    try:
+        found = statements(text, form, WORDS, f"hostile.{form}")
+    except DocumentError as exc:
+        assert "hostile" in str(exc)
+    else:
+        assert all(item.metric in (None, "accuracy") for item in found)
+
+
+def test_the_generated_csv_carries_its_provenance(tmp_path: Path) -> None:
+    text = (
+        "arm,metric,condition,mean,standard_error,n,shown,runs\n"
+        "short,accuracy,clean,0.8341,0.054,3,0.834 ± 0.054,seed-1@aa seed-2@bb seed-3@cc\n"
+    )
+    (item,) = statements(text, "csv", WORDS, "results.csv")
+    assert item.printed.text == "0.834 ± 0.054" and item.subject == "short"
+    assert item.provenance == (("seed-1", "aa"), ("seed-2", "bb"), ("seed-3", "cc"))
