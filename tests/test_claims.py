@@ -8,6 +8,7 @@ a training run differ across CPUs.
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -19,6 +20,7 @@ from typing import Any
 import pytest
 
 from runaudit.cli import main
+from runaudit.documents import DOCUMENT_CAP
 from runaudit.examples.digits.build import DEMO_GROUP, DEMO_RUN_ID
 from runaudit.siblings import sealed_runs
 
@@ -365,3 +367,26 @@ def test_a_document_with_no_claim_or_an_unknown_format_is_refused(
         r"--runaudit-claims/--claims reads .*\.tex.* documents, given: .*paper\.pdf",
         outcome.result.stderr.str(),
     )
+
+
+def test_a_stamp_never_names_a_path_outside_its_folder_nor_blocks_on_a_fifo(
+    run_audits: Callable[..., AuditRun], delivered: dict[str, Any], tmp_path: Path
+) -> None:
+    """The sidecar a stamp names is read beside the document only: "../x.json" is not followed (here the
+    stale sidecar one folder up would turn every cell stale), and a FIFO in its place never blocks."""
+    inner = tmp_path / "inner"
+    inner.mkdir()
+    shutil.copy(delivered["docs"] / "stale.md.provenance.json", tmp_path / "stale.md.provenance.json")
+    table = (delivered["docs"] / "results.md").read_text()
+    escaping = inner / "escaping.md"
+    escaping.write_text(table.replace("results.md.provenance.json", "../stale.md.provenance.json"))
+    fifo = inner / "fifo.md"
+    fifo.write_text(table.replace("results.md.provenance.json", "pipe.json"))
+    os.mkfifo(inner / "pipe.json")
+    huge = inner / "huge.md"
+    with huge.open("wb") as handle:
+        handle.truncate(DOCUMENT_CAP + 1)
+    verdicts = _by_line(_claims(run_audits, delivered, escaping, fifo, huge))
+    cells = [item for name, item in verdicts.items() if not name.startswith("huge.md")]
+    assert len(cells) == 2 * 2 * 4 and {item["verdict"] for item in cells} == {"passed"}
+    assert verdicts["huge.md"]["verdict"] == "failed" and "limit" in verdicts["huge.md"]["message"]
