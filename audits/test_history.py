@@ -6,6 +6,7 @@ column that train.csv does not log makes the audit that needs it ``not_run``.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Mapping
 from typing import Any
 
@@ -15,7 +16,7 @@ import pytest
 from runaudit.claims import metric_claims, run_claim
 from runaudit.fixtures.verdicts import AuditRecorder
 from runaudit.history import History, load_history
-from runaudit.reader import CapsuleReader
+from runaudit.reader import CapsuleReader, Unavailable
 from runaudit.run import Run
 from runaudit.siblings import group_of, reader, seed_of
 
@@ -453,3 +454,53 @@ def test_stale_repeat(
         column=identical[0],
         epochs=epochs,
     )
+
+
+def test_tracker_agrees(
+    run: Run, capsule: CapsuleReader, audit: AuditRecorder, tracker_run: str | None
+) -> None:
+    """HIS-18: each TensorBoard run sealed under ``trackers/tensorboard/`` shows the run train.csv holds:
+    the same values at the same steps (or epochs), no point train.csv lacks, no early stop; it logs some
+    train.csv column (else it is another run's log), no other tracker run logs the same column, and its
+    hyperparameters equal config.yaml's. Read with tensorboard's own event reader; a disagreement is
+    disclosed: the chart and the capsule show different runs."""
+    history = _history(audit, run, capsule)
+    if tracker_run is None:
+        audit.not_applicable("the capsule seals no tracker logs (trackers/tensorboard/)")
+    from runaudit.trackers import (
+        TrackerUnreadable,
+        config_findings,
+        read_run,
+        scalar_findings,
+        tracker_folders,
+    )
+
+    folders = tracker_folders(run.path)
+    try:
+        runs = {name: read_run(run.path, name, files) for name, files in folders.items()}
+    except ImportError:
+        audit.not_run(
+            "tensorboard is not installed: pip install 'runaudit[trackers]' to read the event files"
+        )
+    except TrackerUnreadable as exc:
+        audit.disclose(f"run {run.run_id}: {exc}", affects=[TRAINING, *metric_claims(run)])
+        return
+    findings, logged = scalar_findings(runs[tracker_run], history)
+    if not logged:
+        tags = ", ".join(sorted(runs[tracker_run].scalars)) or "none"
+        findings.append(
+            f"{tracker_run}: none of its scalars ({tags}) is a train.csv column: another run's log"
+        )
+    for other, read in runs.items():
+        shared = sorted(set(logged) & set(scalar_findings(read, history)[1])) if other != tracker_run else []
+        if shared:
+            findings.append(
+                f"{tracker_run} and {other} both log {', '.join(shared)}: two tracker runs for one capsule"
+            )
+    with contextlib.suppress(Unavailable):  # config.yaml's own audit (capsule.config_hash) reports it
+        findings += config_findings(runs[tracker_run], capsule.config())
+    audit.evidence(tracker_run=tracker_run, columns=logged, files=list(folders[tracker_run]))
+    if findings:
+        audit.disclose(f"run {run.run_id}: " + "; ".join(findings), affects=[TRAINING, *metric_claims(run)])
+        return
+    audit.note(f"{tracker_run}: {', '.join(logged)} agree with train.csv point for point")

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from runaudit.atomic import fsync_dir, write_bytes_atomic, write_json_atomic
-from runaudit.capsule import CHECKPOINT_FILES, CHECKPOINT_ROLES, checkpoint_file
+from runaudit.capsule import CHECKPOINT_FILES, CHECKPOINT_ROLES, TRACKERS, checkpoint_file
 from runaudit.clock import attempt_id, utc_now
 from runaudit.hashing import sha256_file
 from runaudit.ids import is_safe_id
@@ -116,7 +116,7 @@ def quarantine(candidate: Path, root: Path, run_id: str, reason: str, report: di
 def _sealed_entries(active: Path) -> list[str]:
     """The top-level names of ``active/<id>`` that enter the capsule, as they are on disk: a symlink or a
     special file in a sealed name is carried as itself (and fails the closure audits), never followed."""
-    return [name for name in (*SEALED, "test") if os.path.lexists(active / name)]
+    return [name for name in (*SEALED, "test", TRACKERS) if os.path.lexists(active / name)]
 
 
 def _can_link(active: Path, candidate: Path) -> bool:

@@ -8,6 +8,8 @@ import hashlib
 import io
 import json
 import shutil
+import subprocess
+import sys
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
@@ -146,3 +148,33 @@ def declare_worked_group(capsule_dir: Path, project: Path) -> Path:
         declare_sibling(capsule_dir, project, run_id, "baseline", seed, accuracy, [])
     run_id, seed, accuracy = WORKED_PROBE
     return declare_sibling(capsule_dir, project, run_id, "probe", seed, accuracy, ["model.hidden"])
+
+
+def train_demo_seeds(root: Path, run_ids: Iterable[str], *options: str, epochs: int = 2) -> None:
+    """Train one real demo run per id under ``root/active/`` (seeds 1, 2, ...), side by side, through the
+    demo's own command line; ``options`` go to each (``--arm short``, ``--tensorboard``)."""
+    children = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "runaudit.examples.digits",
+                "produce",
+                "--root",
+                str(root),
+                "--run-id",
+                run_id,
+                "--seed",
+                str(seed),
+                "--epochs",
+                str(epochs),
+                *options,
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )  # fmt: skip
+        for seed, run_id in enumerate(run_ids, start=1)
+    ]
+    for child in children:
+        _, err = child.communicate(timeout=600)
+        assert child.returncode == 0, err.decode()

@@ -11,13 +11,12 @@ import json
 import os
 import re
 import shutil
-import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
+from science_support import train_demo_seeds
 
 from runaudit.cli import main
 from runaudit.documents import DOCUMENT_CAP
@@ -54,32 +53,7 @@ def delivered(demo_project: Path, tmp_path_factory: pytest.TempPathFactory) -> d
     base = tmp_path_factory.mktemp("claims")
     root = base / "project"
     shutil.copytree(demo_project, root, symlinks=True, ignore=shutil.ignore_patterns("*.lock", "reports"))
-    children = [
-        subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "runaudit.examples.digits",
-                "produce",
-                "--root",
-                str(root),
-                "--run-id",
-                run_id,
-                "--seed",
-                str(index),
-                "--epochs",
-                "2",
-                "--arm",
-                ARM,
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-        )  # fmt: skip
-        for index, run_id in enumerate(SEEDS, start=1)
-    ]
-    for child in children:
-        _, err = child.communicate(timeout=600)
-        assert child.returncode == 0, err.decode()
+    train_demo_seeds(root, SEEDS, "--arm", ARM)
     docs = base / "docs"
     docs.mkdir()
     for run_id in SEEDS[:2]:

@@ -36,11 +36,18 @@ def main() -> int:
     parser.add_argument("--throttle", type=float, default=0.0, help="seconds to sleep after each epoch")
     parser.add_argument("--zero-inputs", action="store_true", help="train on zeroed inputs (a broken model)")
     parser.add_argument("--arm", default=DEMO_ARM, help=f"the arm of group {DEMO_GROUP} it is a seed of")
+    parser.add_argument(
+        "--tensorboard",
+        action="store_true",
+        help="also log each row to trackers/tensorboard/ (needs tensorboard)",
+    )
     args = parser.parse_args()
     config = copy.deepcopy(DEFAULT_CONFIG)
     config["train"].update(
         epochs=args.epochs, seed=args.seed, throttle_s=args.throttle, zero_inputs=args.zero_inputs
     )
+    if args.tensorboard:
+        config["train"]["tensorboard"] = True
     signal.signal(signal.SIGTERM, lambda number, frame: STOP.set())
     try:
         produce(

@@ -150,6 +150,16 @@ def _evaluate(model: nn.Module, inputs: torch.Tensor, labels: torch.Tensor) -> t
     return accuracy, loss
 
 
+def _tensorboard(run: RunWriter, settings: dict[str, Any]) -> Any:
+    """A TensorBoard writer into the run's ``trackers/tensorboard/digits`` (sealed with the capsule), with
+    the training settings recorded as its hyperparameters."""
+    from torch.utils.tensorboard import SummaryWriter
+
+    writer = SummaryWriter(str(run.folder / "trackers" / "tensorboard" / "digits"))
+    writer.add_hparams({name: settings[name] for name in ("lr", "epochs", "batch_size", "seed")}, {})
+    return writer
+
+
 def train(run: RunWriter, config: dict[str, Any], *, log: Callable[[str], None] = lambda line: None) -> None:
     """Train (or resume) ``run`` to ``config['train']['epochs']`` epochs."""
     settings = config["train"]
@@ -170,6 +180,7 @@ def train(run: RunWriter, config: dict[str, Any], *, log: Callable[[str], None] 
     val_y = torch.from_numpy(dataset.labels[split["val"]])
 
     model, optimizer, scheduler = build_training(config, len(train_x))
+    tracker = _tensorboard(run, settings) if settings.get("tensorboard") else None
     saved = run.resume_state()
     if saved is not None:
         restore_parts(saved, model, optimizer, scheduler)
@@ -191,16 +202,18 @@ def train(run: RunWriter, config: dict[str, Any], *, log: Callable[[str], None] 
             losses.append(loss)
             norms.append(norm)
         val_accuracy, val_loss = _evaluate(model, val_x, val_y)
-        run.log(
-            epoch=epoch,
-            step=step,
-            train_loss=float(np.mean(losses)),
-            lr=scheduler.get_last_lr()[0],
-            grad_norm=float(np.mean(norms)),
-            val_accuracy=val_accuracy,
-            val_cross_entropy=val_loss,
-            wall_time_s=round(time.perf_counter() - started, 4),
-        )
+        row = {
+            "train_loss": float(np.mean(losses)),
+            "lr": scheduler.get_last_lr()[0],
+            "grad_norm": float(np.mean(norms)),
+            "val_accuracy": val_accuracy,
+            "val_cross_entropy": val_loss,
+        }
+        run.log(epoch=epoch, step=step, **row, wall_time_s=round(time.perf_counter() - started, 4))
+        if tracker is not None:  # the same numbers, as a TensorBoard user logs them: tag per value, by step
+            for tag, value in row.items():
+                tracker.add_scalar(tag, value, step)
+            tracker.flush()
         run.checkpoint(
             model, epoch=epoch, step=step, value=val_accuracy, state=resume_parts(optimizer, scheduler)
         )
@@ -212,3 +225,5 @@ def train(run: RunWriter, config: dict[str, Any], *, log: Callable[[str], None] 
             raise Preempted(epoch, step)
         if settings["throttle_s"]:
             STOP.wait(settings["throttle_s"])
+    if tracker is not None:
+        tracker.close()

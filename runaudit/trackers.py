@@ -1,0 +1,218 @@
+"""Tracker logs sealed with a run, read with the tracker's own reader, held against train.csv and config.yaml.
+
+A TensorBoard chart is what people look at and what a paper's curves are often drawn from; the capsule's
+``train.csv`` is what was sealed. When they disagree, one of them shows a run the other does not: a log
+directory shared by two runs, a tracker that kept a crashed attempt's points, a value logged before a fix.
+This module finds the TensorBoard runs under ``trackers/tensorboard/`` (one run per folder there; the event
+files below it, e.g. the ``add_hparams`` sub-run, belong to it), reads them with tensorboard's
+``EventFileLoader`` (no network, no TensorFlow), and lists each disagreement as one line:
+
+- a scalar whose points differ from the train.csv column of the same name at the same step (or epoch), or
+  which logs steps train.csv does not have, or stops before it does (its final value differs);
+- a tracker run none of whose scalars is a train.csv column (an orphan: another run's log);
+- the same column logged by two tracker runs (a duplicate);
+- an hyperparameter (``add_hparams``) whose value differs from config.yaml's key of the same name.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import stat
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from runaudit.capsule import TENSORBOARD, TENSORBOARD_EVENTS, TRACKER_DEPTH, TRACKERS
+from runaudit.history import History
+
+# TensorBoard keeps scalars as float32: seven significant digits survive the trip.
+RELATIVE_TOLERANCE = 2e-6
+SHOWN = 3  # differing points quoted per finding
+
+
+class TrackerUnreadable(ValueError):
+    """An event file the reader refuses; the message names the file."""
+
+
+@dataclass(frozen=True)
+class TrackerRun:
+    """One TensorBoard run: a folder under trackers/tensorboard/ and the event files below it."""
+
+    name: str  # the folder's path inside the capsule
+    files: tuple[str, ...]  # event files, relative to the capsule, in name order (TensorBoard's load order)
+    scalars: dict[str, dict[int, float]] = field(default_factory=dict)  # tag -> step -> last value logged
+    hparams: dict[str, Any] = field(default_factory=dict)
+
+
+def tracker_folders(capsule: Path) -> dict[str, tuple[str, ...]]:
+    """Run folder -> its event files, found without following a symlink; only regular files count."""
+    base = capsule / TRACKERS / TENSORBOARD
+    found: dict[str, list[str]] = {}
+    if not base.is_dir() or base.is_symlink():
+        return {}
+    for folder, dirs, files in os.walk(base, followlinks=False):
+        depth = len(Path(folder).relative_to(base).parts)
+        if depth >= TRACKER_DEPTH - 2:
+            dirs[:] = []
+        for name in sorted(files):
+            path = Path(folder) / name
+            if not name.startswith(TENSORBOARD_EVENTS) or not stat.S_ISREG(os.lstat(path).st_mode):
+                continue
+            relative = path.relative_to(capsule).as_posix()
+            parts = path.relative_to(base).parts
+            run = (
+                (base / parts[0]).relative_to(capsule).as_posix()
+                if len(parts) > 1
+                else base.relative_to(capsule).as_posix()
+            )
+            found.setdefault(run, []).append(relative)
+    return {name: tuple(sorted(files)) for name, files in sorted(found.items())}
+
+
+def read_run(capsule: Path, name: str, files: Iterable[str]) -> TrackerRun:
+    """The scalars and hyperparameters of one run, through tensorboard's own event reader."""
+    from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
+    from tensorboard.plugins.hparams import plugin_data_pb2
+    from tensorboard.util import tensor_util
+
+    run = TrackerRun(name, tuple(files))
+    for rel in run.files:
+        path = capsule / rel
+        try:
+            if not stat.S_ISREG(os.lstat(path).st_mode):
+                raise TrackerUnreadable(f"{rel} is not a regular file")
+            for event in EventFileLoader(str(path)).Load():
+                for value in event.summary.value:
+                    plugin = value.metadata.plugin_data.plugin_name
+                    if plugin == "scalars":
+                        number = float(tensor_util.make_ndarray(value.tensor).item())
+                        run.scalars.setdefault(value.tag, {})[int(event.step)] = number
+                    elif plugin == "hparams" and value.tag == "_hparams_/session_start_info":
+                        data = plugin_data_pb2.HParamsPluginData.FromString(
+                            value.metadata.plugin_data.content
+                        )
+                        for key, given in data.session_start_info.hparams.items():
+                            run.hparams[key] = _proto_value(given)
+        except TrackerUnreadable:
+            raise
+        except Exception as exc:  # the reader raises its own and protobuf's errors on damaged records
+            raise TrackerUnreadable(
+                f"{rel}: TensorBoard's reader refused it ({type(exc).__name__})"
+            ) from None
+    return run
+
+
+def _proto_value(value: Any) -> Any:
+    kind = value.WhichOneof("kind")
+    return getattr(value, kind) if kind else None
+
+
+def _key(name: str) -> str:
+    return name.lower().replace("/", "_").replace("-", "_").replace(" ", "_")
+
+
+def column_of(tag: str, columns: Iterable[str]) -> str | None:
+    """The train.csv column a tag logs: the same name, with ``/`` as ``_`` (``val/accuracy``), or its last
+    part (``charts/train_loss``)."""
+    known = {_key(column): column for column in columns}
+    return known.get(_key(tag)) or known.get(_key(tag.rsplit("/", 1)[-1]))
+
+
+def _agree(left: float, right: float) -> bool:
+    if math.isnan(left) or math.isnan(right):
+        return math.isnan(left) and math.isnan(right)
+    return math.isclose(left, right, rel_tol=RELATIVE_TOLERANCE, abs_tol=1e-12)
+
+
+def scalar_findings(run: TrackerRun, history: History) -> tuple[list[str], list[str]]:
+    """(disagreements, columns the run logs) of one tracker run against train.csv."""
+    findings: list[str] = []
+    matched: list[str] = []
+    for tag, points in sorted(run.scalars.items()):
+        column = column_of(tag, history.columns)
+        if column is None or column in ("epoch", "step") or not history.has(column):
+            continue
+        matched.append(column)
+        axis = _axis(points, history)
+        rows = {
+            int(position): float(value)
+            for position, value, logged in zip(
+                history.values[axis], history.values[column], history.logged[column], strict=True
+            )
+            if logged and math.isfinite(position)
+        }
+        extra = sorted(set(points) - set(rows))
+        missing = sorted(set(rows) - set(points))
+        differ = [
+            (at, points[at], rows[at])
+            for at in sorted(set(points) & set(rows))
+            if not _agree(points[at], rows[at])
+        ]
+        where = f"{run.name}: {tag} (train.csv {column}, by {axis})"
+        if differ:
+            shown = "; ".join(
+                f"{axis} {at}: tracker {mine:.6g}, train.csv {theirs:.6g}"
+                for at, mine, theirs in differ[:SHOWN]
+            )
+            findings.append(
+                f"{where}: {len(differ)} of {len(set(points) & set(rows))} points differ ({shown})"
+            )
+        if extra:
+            findings.append(f"{where}: logs {axis}s train.csv has no row for: {_listed(extra)}")
+        if missing:
+            final = max(rows)
+            findings.append(
+                f"{where}: stops before train.csv; no point at {axis}s {_listed(missing)} "
+                f"(train.csv ends at {axis} {final} with {rows[final]:.6g})"
+            )
+    return findings, matched
+
+
+def _axis(points: Mapping[int, float], history: History) -> str:
+    """``step`` when the tag's x values are train.csv steps, ``epoch`` when they are its epochs."""
+    steps = {int(value) for value in history.values["step"] if math.isfinite(value)}
+    epochs = {int(value) for value in history.values["epoch"] if math.isfinite(value)}
+    logged = set(points)
+    return "epoch" if len(logged & epochs) > len(logged & steps) else "step"
+
+
+def _listed(values: list[int]) -> str:
+    shown = ", ".join(map(str, values[:SHOWN]))
+    return f"{shown}, ... ({len(values)} in all)" if len(values) > SHOWN else shown
+
+
+def config_findings(run: TrackerRun, config: Mapping[str, Any] | None) -> list[str]:
+    """Hyperparameters the tracker recorded that config.yaml states otherwise (matched by dotted key or,
+    when unique, by the last part of one)."""
+    if not run.hparams or not isinstance(config, Mapping):
+        return []
+    flat = dict(_flatten(config))
+    findings = []
+    for name, value in sorted(run.hparams.items()):
+        keys = [name] if name in flat else [key for key in flat if key.rsplit(".", 1)[-1] == name]
+        if len(keys) != 1:
+            continue
+        stated = flat[keys[0]]
+        same = (
+            _agree(float(value), float(stated))
+            if isinstance(value, (int, float))
+            and isinstance(stated, (int, float))
+            and not isinstance(stated, bool)
+            else str(value).lower() == str(stated).lower()
+        )
+        if not same:
+            findings.append(
+                f"{run.name}: hyperparameter {name} = {value!r} in the tracker, config.yaml {keys[0]} = {stated!r}"
+            )
+    return findings
+
+
+def _flatten(document: Mapping[str, Any], prefix: str = "") -> Iterable[tuple[str, Any]]:
+    for key, value in document.items():
+        dotted = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            yield from _flatten(value, f"{dotted}.")
+        else:
+            yield dotted, value
