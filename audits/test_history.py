@@ -459,17 +459,20 @@ def test_stale_repeat(
 def test_tracker_agrees(
     run: Run, capsule: CapsuleReader, audit: AuditRecorder, tracker_run: str | None
 ) -> None:
-    """HIS-18: each TensorBoard run sealed under ``trackers/tensorboard/`` shows the run train.csv holds:
-    the same values at the same steps (or epochs), no point train.csv lacks, no early stop; it logs some
-    train.csv column (else it is another run's log), no other tracker run logs the same column, and its
-    hyperparameters equal config.yaml's. Read with tensorboard's own event reader; a disagreement is
-    disclosed: the chart and the capsule show different runs."""
+    """HIS-18: each tracker run sealed under ``trackers/`` (TensorBoard event files, a W&B offline run's
+    ``.wandb`` log) shows the run train.csv holds: the same values at the same steps (or epochs), no point
+    train.csv lacks, no early stop; it logs some train.csv column (else it is another run's log), no other
+    run of the same tracker logs the same column, its hyperparameters equal config.yaml's, and a W&B summary
+    keeps each metric's declared direction. Read with the trackers' own reader and protobuf; a disagreement
+    is disclosed: the chart and the capsule show different runs."""
     history = _history(audit, run, capsule)
     if tracker_run is None:
-        audit.not_applicable("the capsule seals no tracker logs (trackers/tensorboard/)")
+        audit.not_applicable("the capsule seals no tracker logs (trackers/tensorboard/, trackers/wandb/)")
     from runaudit.trackers import (
         TrackerUnreadable,
         config_findings,
+        direction_findings,
+        kind_of,
         read_run,
         scalar_findings,
         tracker_folders,
@@ -478,9 +481,9 @@ def test_tracker_agrees(
     folders = tracker_folders(run.path)
     try:
         runs = {name: read_run(run.path, name, files) for name, files in folders.items()}
-    except ImportError:
+    except ImportError as exc:
         audit.not_run(
-            "tensorboard is not installed: pip install 'runaudit[trackers]' to read the event files"
+            f"{exc.name} is not installed: pip install 'runaudit[trackers]' to read the tracker logs"
         )
     except TrackerUnreadable as exc:
         audit.disclose(f"run {run.run_id}: {exc}", affects=[TRAINING, *metric_claims(run)])
@@ -492,13 +495,16 @@ def test_tracker_agrees(
             f"{tracker_run}: none of its scalars ({tags}) is a train.csv column: another run's log"
         )
     for other, read in runs.items():
-        shared = sorted(set(logged) & set(scalar_findings(read, history)[1])) if other != tracker_run else []
+        same_tracker = other != tracker_run and kind_of(other) == kind_of(tracker_run)
+        shared = sorted(set(logged) & set(scalar_findings(read, history)[1])) if same_tracker else []
         if shared:
             findings.append(
                 f"{tracker_run} and {other} both log {', '.join(shared)}: two tracker runs for one capsule"
             )
     with contextlib.suppress(Unavailable):  # config.yaml's own audit (capsule.config_hash) reports it
         findings += config_findings(runs[tracker_run], capsule.config())
+    declared = {metric.name: metric.direction for metric in run.metrics if metric.direction}
+    findings += direction_findings(runs[tracker_run], declared)
     audit.evidence(tracker_run=tracker_run, columns=logged, files=list(folders[tracker_run]))
     if findings:
         audit.disclose(f"run {run.run_id}: " + "; ".join(findings), affects=[TRAINING, *metric_claims(run)])

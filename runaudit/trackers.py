@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from runaudit.capsule import TENSORBOARD, TENSORBOARD_EVENTS, TRACKER_DEPTH, TRACKERS
+from runaudit.capsule import TENSORBOARD, TENSORBOARD_EVENTS, TRACKER_DEPTH, TRACKERS, WANDB, is_wandb_log
 from runaudit.history import History
 
 # TensorBoard keeps scalars as float32: seven significant digits survive the trip.
@@ -44,10 +44,41 @@ class TrackerRun:
     files: tuple[str, ...]  # event files, relative to the capsule, in name order (TensorBoard's load order)
     scalars: dict[str, dict[int, float]] = field(default_factory=dict)  # tag -> step -> last value logged
     hparams: dict[str, Any] = field(default_factory=dict)
+    goals: dict[str, str] = field(default_factory=dict)  # W&B define_metric(summary=...): "max" or "min"
 
 
 def tracker_folders(capsule: Path) -> dict[str, tuple[str, ...]]:
-    """Run folder -> its event files, found without following a symlink; only regular files count."""
+    """Run folder -> its log files (TensorBoard event files, or one W&B ``run-<id>.wandb``), found without
+    following a symlink; only regular files count."""
+    return {**_tensorboard_folders(capsule), **_wandb_folders(capsule)}
+
+
+def _wandb_folders(capsule: Path) -> dict[str, tuple[str, ...]]:
+    base = capsule / TRACKERS / WANDB
+    if not base.is_dir() or base.is_symlink():
+        return {}
+    found: dict[str, tuple[str, ...]] = {}
+    for folder in sorted(base.iterdir()):
+        if folder.is_symlink() or not folder.is_dir():
+            continue
+        logs = tuple(
+            sorted(
+                path.relative_to(capsule).as_posix()
+                for path in folder.iterdir()
+                if is_wandb_log(path.name) and stat.S_ISREG(os.lstat(path).st_mode)
+            )
+        )
+        if logs:
+            found[folder.relative_to(capsule).as_posix()] = logs
+    return found
+
+
+def kind_of(name: str) -> str:
+    """``tensorboard`` or ``wandb``: which tracker wrote the run folder ``name``."""
+    return WANDB if name.startswith(f"{TRACKERS}/{WANDB}/") else TENSORBOARD
+
+
+def _tensorboard_folders(capsule: Path) -> dict[str, tuple[str, ...]]:
     base = capsule / TRACKERS / TENSORBOARD
     found: dict[str, list[str]] = {}
     if not base.is_dir() or base.is_symlink():
@@ -72,7 +103,16 @@ def tracker_folders(capsule: Path) -> dict[str, tuple[str, ...]]:
 
 
 def read_run(capsule: Path, name: str, files: Iterable[str]) -> TrackerRun:
-    """The scalars and hyperparameters of one run, through tensorboard's own event reader."""
+    """The scalars, hyperparameters (and for W&B, summary directions) of one tracker run."""
+    return (
+        _read_wandb(capsule, name, files)
+        if kind_of(name) == WANDB
+        else _read_tensorboard(capsule, name, files)
+    )
+
+
+def _read_tensorboard(capsule: Path, name: str, files: Iterable[str]) -> TrackerRun:
+    """Through tensorboard's own event reader."""
     from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
     from tensorboard.plugins.hparams import plugin_data_pb2
     from tensorboard.util import tensor_util
@@ -101,6 +141,101 @@ def read_run(capsule: Path, name: str, files: Iterable[str]) -> TrackerRun:
             raise TrackerUnreadable(
                 f"{rel}: TensorBoard's reader refused it ({type(exc).__name__})"
             ) from None
+    return run
+
+
+# A W&B offline run's ``run-<id>.wandb``: a 7-byte header (":W&B", 0xBEE1, version 0), then records in the
+# LevelDB log format: 32 KiB blocks of [crc32 (of type byte, then data), length, type] + data, a record
+# split across blocks as FIRST/MIDDLE/LAST pieces; each whole record is one wandb_internal.Record protobuf.
+WANDB_HEADER = b":W&B\xe1\xbe\x00"
+WANDB_BLOCK = 32768
+FULL, FIRST, MIDDLE, LAST = 1, 2, 3, 4
+WANDB_CAP = 256 << 20  # a tracker log larger than this is refused, not parsed
+WANDB_KEPT = frozenset({"_step", "_runtime", "_timestamp"})  # W&B's own bookkeeping, not logged values
+
+
+def wandb_records(data: bytes, rel: str) -> Iterable[bytes]:
+    """The records of a ``.wandb`` log, each checked against its CRC; a damaged one raises."""
+    import zlib
+
+    if not data.startswith(WANDB_HEADER):
+        raise TrackerUnreadable(f"{rel} does not start with the W&B log header")
+    position, pending = len(WANDB_HEADER), b""
+    while position + 7 <= len(data):
+        left = WANDB_BLOCK - position % WANDB_BLOCK
+        if left < 7:  # the block's tail is padding
+            position += left
+            continue
+        checksum, length, kind = (
+            int.from_bytes(data[position : position + 4], "little"),
+            int.from_bytes(data[position + 4 : position + 6], "little"),
+            data[position + 6],
+        )
+        if kind == 0 and length == 0:  # zero padding after the last record of a block
+            position += left
+            continue
+        body = data[position + 7 : position + 7 + length]
+        if (
+            len(body) != length
+            or length > left - 7
+            or zlib.crc32(body, zlib.crc32(bytes([kind]))) != checksum
+        ):
+            raise TrackerUnreadable(f"{rel}: a damaged record at byte {position}")
+        position += 7 + length
+        if kind == FULL:
+            yield body
+        elif kind == FIRST:
+            pending = body
+        elif kind == MIDDLE:
+            pending += body
+        elif kind == LAST:
+            yield pending + body
+            pending = b""
+        else:
+            raise TrackerUnreadable(f"{rel}: record type {kind} at byte {position} is not a log record")
+
+
+def _read_wandb(capsule: Path, name: str, files: Iterable[str]) -> TrackerRun:
+    """Through W&B's own record protobuf (``wandb.proto.wandb_internal_pb2``); no network, no service."""
+    import json
+
+    from wandb.proto import wandb_internal_pb2
+
+    from runaudit.safeio import UnsafeFile, read_regular
+
+    run = TrackerRun(name, tuple(files))
+    for rel in run.files:
+        try:
+            data = read_regular(capsule / rel, WANDB_CAP)
+        except (OSError, UnsafeFile) as exc:
+            raise TrackerUnreadable(f"{rel} cannot be read: {exc}") from None
+        for body in wandb_records(data, rel):
+            record = wandb_internal_pb2.Record()
+            try:
+                record.ParseFromString(body)
+                kind = record.WhichOneof("record_type")
+                if kind == "history":
+                    step = record.history.step.num
+                    for item in record.history.item:
+                        key = item.key or "/".join(item.nested_key)
+                        value = json.loads(item.value_json)
+                        if (
+                            key not in WANDB_KEPT
+                            and isinstance(value, (int, float))
+                            and not isinstance(value, bool)
+                        ):
+                            run.scalars.setdefault(key, {})[int(step)] = float(value)
+                elif kind in ("config", "run"):
+                    updates = record.config.update if kind == "config" else record.run.config.update
+                    for item in updates:
+                        key = item.key or ".".join(item.nested_key)
+                        if not key.startswith("_"):
+                            run.hparams.update(_flatten({key: json.loads(item.value_json)}))
+                elif kind == "metric" and record.metric.name:
+                    summary = record.metric.summary
+                    run.goals[record.metric.name] = "max" if summary.max else "min" if summary.min else ""
+            except Exception:  # protobuf's DecodeError, bad JSON values, nesting past the recursion limit
+                raise TrackerUnreadable(f"{rel}: a record W&B's protobuf cannot parse") from None
     return run
 
 
@@ -216,3 +351,21 @@ def _flatten(document: Mapping[str, Any], prefix: str = "") -> Iterable[tuple[st
             yield from _flatten(value, f"{dotted}.")
         else:
             yield dotted, value
+
+
+DIRECTIONS = {"higher": "max", "lower": "min"}
+
+
+def direction_findings(run: TrackerRun, declared: Mapping[str, str]) -> list[str]:
+    """Summaries the tracker keeps in the other direction than metrics.json declares for the metric
+    (``val_accuracy`` summarised by its minimum when accuracy is ``higher``)."""
+    findings = []
+    for name, goal in sorted(run.goals.items()):
+        metric = name.split("/")[-1].removeprefix("val_").removeprefix("test_")
+        want = DIRECTIONS.get(declared.get(metric, ""))
+        if goal and want and goal != want:
+            findings.append(
+                f"{run.name}: {name} is summarised by its {goal}imum, but {metric} is declared "
+                f"{declared[metric]} (its {want}imum is the best)"
+            )
+    return findings

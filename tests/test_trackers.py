@@ -1,10 +1,13 @@
-"""history.tracker_agrees: the TensorBoard logs a capsule seals, read with tensorboard's own reader, against
-train.csv and config.yaml. The logs are written by the demo's real training loop (``--tensorboard``); the
-divergent one is what a shared log directory produces: an earlier run's events sealed beside the run's own."""
+"""history.tracker_agrees: the TensorBoard logs and W&B offline runs a capsule seals, read with the trackers' own
+reader and protobuf, against train.csv, config.yaml and the declared metric directions. The logs are written
+by the demo's real training loop (``--tensorboard --wandb``); the divergent one is what a shared log
+directory produces: an earlier run's events sealed beside the run's own."""
 
 from __future__ import annotations
 
 import shutil
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -26,7 +29,7 @@ def tracked(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Two 2-epoch demo runs that log to TensorBoard; tb-2's log folder also holds tb-1's events (the
     logdir both were pointed at), as if left by an earlier run. Both sealed with runaudit close."""
     root = tmp_path_factory.mktemp("trackers")
-    train_demo_seeds(root, RUNS, "--tensorboard")
+    train_demo_seeds(root, RUNS, "--tensorboard", "--wandb")
     logs = root / "active" / "{}" / "trackers" / "tensorboard"
     shutil.copytree(
         Path(str(logs).format("tb-1")) / "digits", Path(str(logs).format("tb-2")) / "digits-earlier"
@@ -50,15 +53,13 @@ def test_a_run_whose_tensorboard_log_is_its_own_agrees_and_is_sealed(
 ) -> None:
     verdicts = _verdicts(run_audits, tracked, "tb-1")
     assert verdicts["capsule.closed_world"]["verdict"] == "passed"  # trackers/ is in the capsule grammar
+    columns = {"train_loss", "lr", "grad_norm", "val_accuracy", "val_cross_entropy"}
     own = verdicts[f"{AUDIT}[trackers/tensorboard/digits]"]
-    assert own["verdict"] == "passed"
-    assert set(own["evidence"]["columns"]) == {
-        "train_loss",
-        "lr",
-        "grad_norm",
-        "val_accuracy",
-        "val_cross_entropy",
-    }
+    assert own["verdict"] == "passed" and set(own["evidence"]["columns"]) == columns
+    (wandb,) = [
+        item for key, item in verdicts.items() if key.startswith(f"{AUDIT}[trackers/wandb/offline-run-")
+    ]
+    assert wandb["verdict"] == "passed" and set(wandb["evidence"]["columns"]) == columns
 
 
 def test_a_log_of_another_run_beside_the_runs_own_is_disclosed(
@@ -121,3 +122,45 @@ def test_hyperparameters_are_held_against_config_yaml() -> None:
     run = TrackerRun("tb/a", (), {}, {"lr": 0.003, "train.epochs": 10.0, "schedule": "Cosine", "unknown": 1})
     (line,) = config_findings(run, config)
     assert "hyperparameter train.epochs = 10.0 in the tracker, config.yaml train.epochs = 24" in line
+
+
+WANDB_SCRIPT = """
+import sys, wandb
+chart = wandb.init(project="t", dir=sys.argv[1], mode="offline", config={"lr": 0.003},
+                   settings=wandb.Settings(silent=True, console="off"))
+chart.define_metric("val_accuracy", summary=sys.argv[2])
+for step, value in ((10, 0.5), (20, 0.7)):
+    chart.log({"val_accuracy": value}, step=step)
+chart.finish()
+"""
+
+
+def _wandb_log(folder: Path, summary: str) -> Path:
+    """A real W&B offline run (wandb.init, mode offline) logging two epochs of val_accuracy, in a process
+    of its own: the log is complete once that process has ended."""
+    subprocess.run([sys.executable, "-c", WANDB_SCRIPT, str(folder), summary], check=True, timeout=300)
+    (log,) = folder.glob("wandb/offline-run-*/run-*.wandb")
+    return log
+
+
+def test_a_wandb_summary_kept_in_the_wrong_direction_is_named(tmp_path: Path) -> None:
+    from runaudit.trackers import direction_findings, read_run
+
+    log = _wandb_log(tmp_path, "min")
+    run = read_run(tmp_path, f"trackers/wandb/{log.parent.name}", [log.relative_to(tmp_path).as_posix()])
+    assert run.scalars["val_accuracy"] == {10: 0.5, 20: 0.7} and run.hparams == {"lr": 0.003}
+    (line,) = direction_findings(run, {"accuracy": "higher"})
+    assert "val_accuracy is summarised by its minimum, but accuracy is declared higher" in line
+    assert direction_findings(run, {"accuracy": "lower"}) == []
+
+
+def test_a_damaged_wandb_record_is_refused_not_parsed(tmp_path: Path) -> None:
+    from runaudit.trackers import TrackerUnreadable, wandb_records
+
+    data = bytearray(_wandb_log(tmp_path, "max").read_bytes())
+    assert len(list(wandb_records(bytes(data), "run-x.wandb"))) > 3
+    data[40] ^= 0xFF
+    with pytest.raises(TrackerUnreadable, match="damaged record"):
+        list(wandb_records(bytes(data), "run-x.wandb"))
+    with pytest.raises(TrackerUnreadable, match="header"):
+        list(wandb_records(b"PK\x03\x04" + bytes(data[4:]), "run-x.wandb"))

@@ -41,6 +41,11 @@ def main() -> int:
         action="store_true",
         help="also log each row to trackers/tensorboard/ (needs tensorboard)",
     )
+    parser.add_argument(
+        "--wandb",
+        action="store_true",
+        help="also log each row to a W&B offline run sealed under trackers/wandb/",
+    )
     args = parser.parse_args()
     config = copy.deepcopy(DEFAULT_CONFIG)
     config["train"].update(
@@ -48,6 +53,8 @@ def main() -> int:
     )
     if args.tensorboard:
         config["train"]["tensorboard"] = True
+    if args.wandb:
+        config["train"]["wandb"] = True
     signal.signal(signal.SIGTERM, lambda number, frame: STOP.set())
     try:
         produce(

@@ -160,6 +160,36 @@ def _tensorboard(run: RunWriter, settings: dict[str, Any]) -> Any:
     return writer
 
 
+def _wandb(run: RunWriter, settings: dict[str, Any]) -> Any:
+    """A W&B offline run (no account, no network) in the project's cache; its record log is sealed with
+    the capsule by :func:`_seal_wandb`."""
+    import wandb
+
+    scratch = run.root / "cache" / "wandb" / run.run_id
+    scratch.mkdir(parents=True, exist_ok=True)
+    chart = wandb.init(
+        project="digits",
+        dir=str(scratch),
+        mode="offline",
+        config={name: settings[name] for name in ("lr", "epochs", "batch_size", "seed")},
+        settings=wandb.Settings(silent=True, console="off"),
+    )
+    chart.define_metric("val_accuracy", summary="max")
+    return chart
+
+
+def _seal_wandb(run: RunWriter, chart: Any) -> None:
+    """Finish the W&B run and copy its ``run-<id>.wandb`` into ``trackers/wandb/<offline-run>/``."""
+    import shutil
+
+    chart.finish()
+    folder = Path(chart.dir).parent  # <scratch>/wandb/offline-run-<stamp>-<id>/files -> the run folder
+    target = run.folder / "trackers" / "wandb" / folder.name
+    target.mkdir(parents=True, exist_ok=True)
+    for log in folder.glob("run-*.wandb"):
+        shutil.copy2(log, target / log.name)
+
+
 def train(run: RunWriter, config: dict[str, Any], *, log: Callable[[str], None] = lambda line: None) -> None:
     """Train (or resume) ``run`` to ``config['train']['epochs']`` epochs."""
     settings = config["train"]
@@ -187,43 +217,52 @@ def train(run: RunWriter, config: dict[str, Any], *, log: Callable[[str], None] 
         log(f"resumed after epoch {run.epoch} (step {run.step})")
     epoch, step = run.epoch, run.step
 
-    while epoch < settings["epochs"]:
-        epoch += 1
-        started = time.perf_counter()
-        model.train()
-        order = torch.randperm(
-            len(train_x), generator=torch.Generator().manual_seed(settings["seed"] * 100_003 + epoch)
-        )
-        losses, norms = [], []
-        for start in range(0, len(order), settings["batch_size"]):
-            batch = order[start : start + settings["batch_size"]]
-            loss, norm = train_step(model, optimizer, scheduler, train_x[batch], train_y[batch])
-            step += 1
-            losses.append(loss)
-            norms.append(norm)
-        val_accuracy, val_loss = _evaluate(model, val_x, val_y)
-        row = {
-            "train_loss": float(np.mean(losses)),
-            "lr": scheduler.get_last_lr()[0],
-            "grad_norm": float(np.mean(norms)),
-            "val_accuracy": val_accuracy,
-            "val_cross_entropy": val_loss,
-        }
-        run.log(epoch=epoch, step=step, **row, wall_time_s=round(time.perf_counter() - started, 4))
-        if tracker is not None:  # the same numbers, as a TensorBoard user logs them: tag per value, by step
-            for tag, value in row.items():
-                tracker.add_scalar(tag, value, step)
-            tracker.flush()
-        run.checkpoint(
-            model, epoch=epoch, step=step, value=val_accuracy, state=resume_parts(optimizer, scheduler)
-        )
-        log(
-            f"epoch {epoch}/{settings['epochs']} loss {float(np.mean(losses)):.4f} val_accuracy {val_accuracy:.4f}"
-        )
-        if STOP.is_set():  # a scheduler's warning: this epoch is saved, the next start resumes after it
-            log(f"stopping after epoch {epoch} (step {step}): asked to stop; the checkpoint is saved")
-            raise Preempted(epoch, step)
-        if settings["throttle_s"]:
-            STOP.wait(settings["throttle_s"])
-    if tracker is not None:
-        tracker.close()
+    chart = _wandb(run, settings) if settings.get("wandb") else None
+    try:
+        while epoch < settings["epochs"]:
+            epoch += 1
+            started = time.perf_counter()
+            model.train()
+            order = torch.randperm(
+                len(train_x), generator=torch.Generator().manual_seed(settings["seed"] * 100_003 + epoch)
+            )
+            losses, norms = [], []
+            for start in range(0, len(order), settings["batch_size"]):
+                batch = order[start : start + settings["batch_size"]]
+                loss, norm = train_step(model, optimizer, scheduler, train_x[batch], train_y[batch])
+                step += 1
+                losses.append(loss)
+                norms.append(norm)
+            val_accuracy, val_loss = _evaluate(model, val_x, val_y)
+            row = {
+                "train_loss": float(np.mean(losses)),
+                "lr": scheduler.get_last_lr()[0],
+                "grad_norm": float(np.mean(norms)),
+                "val_accuracy": val_accuracy,
+                "val_cross_entropy": val_loss,
+            }
+            run.log(epoch=epoch, step=step, **row, wall_time_s=round(time.perf_counter() - started, 4))
+            if (
+                tracker is not None
+            ):  # the same numbers, as a TensorBoard user logs them: tag per value, by step
+                for tag, value in row.items():
+                    tracker.add_scalar(tag, value, step)
+                tracker.flush()
+            if chart is not None:
+                chart.log(row, step=step)
+            run.checkpoint(
+                model, epoch=epoch, step=step, value=val_accuracy, state=resume_parts(optimizer, scheduler)
+            )
+            log(
+                f"epoch {epoch}/{settings['epochs']} loss {float(np.mean(losses)):.4f} val_accuracy {val_accuracy:.4f}"
+            )
+            if STOP.is_set():  # a scheduler's warning: this epoch is saved, the next start resumes after it
+                log(f"stopping after epoch {epoch} (step {step}): asked to stop; the checkpoint is saved")
+                raise Preempted(epoch, step)
+            if settings["throttle_s"]:
+                STOP.wait(settings["throttle_s"])
+    finally:
+        if tracker is not None:
+            tracker.close()
+        if chart is not None:
+            _seal_wandb(run, chart)
