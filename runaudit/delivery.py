@@ -8,7 +8,8 @@ values, and every comparison group's arm means with their standard error over se
 2. the stamp of a table ``runaudit table`` generated (its group and test, each row an arm), or the runs a
    generated CSV row names; the table's provenance sidecar must still name the capsules' bytes;
 3. its metric and what its row or sentence names (a run id or an arm, a condition; the test's headline
-   condition when none is named), else its value: equal to an artifact of that metric in scope.
+   condition when none is named), else its value: equal to an artifact of that metric in scope. A number
+   that names no run and equals no artifact is ``not_run`` (another paper's number, a constant).
 
 Verdicts: ``passed`` when the number equals its artifact at the precision it is printed with, claims no more
 decimals than the artifact supports (the standard error over seeds, else the metric's declared precision),
@@ -344,15 +345,18 @@ class Scope:
         )
 
     def _pinned(self, statement: Statement) -> Artifact | None:
-        """The one artifact the text can only mean: the run or arm it names, else the audited run, at the
-        condition it names or else the test's headline one; None when that is still ambiguous."""
-        subject = statement.subject or self.run.run_id
+        """The one artifact the text can only mean: the run or arm it names, at the condition it names or
+        else the test's headline one; None when it names none (another paper's number, a constant) or that
+        is still ambiguous."""
+        subject = statement.subject
+        if subject is None:
+            return None
         pool = [
             item
             for item in self.artifacts
             if item.metric == statement.metric
             and item.subject == subject
-            and (item.kind == "run" or (item.group == self.group and statement.subject is not None))
+            and (item.kind == "run" or item.group == self.group)
             and (item.condition == statement.condition if statement.condition else item.primary)
         ]
         return pool[0] if len({(item.kind, item.test_id) for item in pool}) == 1 else None

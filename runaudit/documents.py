@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import bisect
 import csv
+import functools
 import io
 import re
 from collections.abc import Iterable, Iterator, Sequence
@@ -54,6 +55,8 @@ _STAMP = re.compile(
 _ANCHOR = re.compile(r"^\s*runaudit:\s*(?P<target>\S+)\s*$")
 _MD_COMMENT = re.compile(r"<!--(.*?)-->", re.DOTALL)
 _TAG = re.compile(r"</?[A-Za-z][^>]*>")
+_PERCENT_HEAD = re.compile(r"%|\bpercent\b", re.IGNORECASE)
+_DELTA_HEAD = re.compile(r"Δ|\\Delta|\bdelta\b|\bgain\b|\bdiff(?:erence)?\b|\bimprovement\b", re.IGNORECASE)
 _CODE_SPAN = re.compile(r"(`+)(?:(?!\1).)+?\1", re.DOTALL)
 # Anchors travel through prose as these private-use markers, so they stay where the author put them.
 _MARK = re.compile("\ue000([\ue100-\uf8ff])")
@@ -68,6 +71,17 @@ LATEX_SKIPPED = frozenset(
         "renewcommand", "arraystretch", "tabcolsep", "fontsize", "linewidth", "textwidth", "columnwidth",
     }
 )  # fmt: skip
+LATEX_UNREAD = frozenset(
+    {"equation", "align", "gather", "multline", "eqnarray", "displaymath", "math", "verbatim", "lstlisting",
+     "minted", "algorithm", "algorithmic", "comment"}
+)  # fmt: skip
+# Table decoration whose arguments pylatexenc does not know: "\cellcolor{blue!10}98.1" is 98.1.
+_LATEX_DECORATION = re.compile(
+    r"\\(?:cellcolor|rowcolor|columncolor|color)(?:\[[^\]\n]*\])?\{[^{}\n]*\}"
+    r"|\\(?:cmidrule|cline)(?:\([^)\n]*\))?\{[^{}\n]*\}"
+    r"|\\specialrule\{[^{}\n]*\}\{[^{}\n]*\}\{[^{}\n]*\}"
+    r"|\\textcolor\{[^{}\n]*\}"
+)
 TABULARS = frozenset({"tabular", "tabular*", "tabularx", "longtable", "array"})
 LATEX_RULES = frozenset({"toprule", "midrule", "bottomrule", "hline", "cline", "cmidrule", "addlinespace"})
 
@@ -132,7 +146,9 @@ class Vocabulary:
         if kind not in self._patterns:
             names = sorted(getattr(self, kind), key=len, reverse=True)
             alternatives = "|".join(_spelled(name) for name in names) or r"(?!x)x"
-            self._patterns[kind] = re.compile(rf"(?<![\w-])({alternatives})(?![\w-])", re.IGNORECASE)
+            self._patterns[kind] = re.compile(
+                rf"(?<![A-Za-z0-9-])({alternatives})(?![A-Za-z0-9-])", re.IGNORECASE
+            )
         return self._patterns[kind]
 
     def mentions(self, kind: str, text: str) -> list[tuple[int, str]]:
@@ -212,6 +228,9 @@ def prose_statements(
     """Every claim in ``prose``: numbers of a sentence naming a metric, or anchored."""
     text = prose.text
     metrics = vocabulary.mentions("metrics", text)
+    conditions = vocabulary.mentions("conditions", text)
+    subjects = vocabulary.mentions("subjects", text)
+    separators = [hit.start() for hit in _SEPARATOR.finditer(text)]
     bounds = [0, *(found.end() for found in _SENTENCE_END.finditer(text)), len(text)]
     paragraph_breaks = [found.start() for found in re.finditer(r"\n\s*\n", text)]
     numbers = [(found, parse_number(found)) for found in _NUMBER.finditer(text)]
@@ -231,10 +250,11 @@ def prose_statements(
         metric = _nearest(metrics, found.start(), start, end)
         if metric is None:
             earlier = _before_in_paragraph(metrics, found.start(), paragraph_breaks)
-            if not earlier and anchor is None:
-                continue  # a paragraph that names no metric states none
+            if anchor is None and (not earlier or not (printed.percent or printed.error is not None)):
+                continue  # only a result-shaped number (%, ±) borrows a metric from its paragraph
             metric = earlier.pop() if len(earlier) == 1 else None  # several: which one is not said
         lower, upper = _clause(metrics, found.start(), start, end)
+        part_lower, part_upper = _part(separators, found, lower, upper)
         line = prose.line_of(found.start())
         yield _statement(
             document,
@@ -242,9 +262,9 @@ def prose_statements(
             line,
             printed,
             metric=metric,
-            condition=_closest(vocabulary.mentions("conditions", text[lower:upper]), found.start() - lower),
-            subject=_closest(vocabulary.mentions("subjects", text[lower:upper]), found.start() - lower)
-            or _closest(vocabulary.mentions("subjects", text[start:end]), found.start() - start),
+            condition=_closest(_within(conditions, part_lower, part_upper), found.start())
+            or _closest(_within(conditions, lower, upper), found.start()),
+            subject=_closest(_within(subjects, start, found.start()), found.start()),
             anchor=anchor,
         )
 
@@ -258,14 +278,14 @@ def _anchored(
     """Which number each anchor pins: the first result after it in its paragraph ("Seed 2 ends at 1.45"
     pins 1.45, not the 2), else the first number there; an anchor with neither pins nothing."""
     pinned: dict[int, str] = {}
+    starts = [found.start() for found, _ in numbers]
     for mark in _MARK.finditer(text):
         paragraph = bisect.bisect_right(breaks, mark.start())
+        end = breaks[paragraph] if paragraph < len(breaks) else len(text)
         following = [
             index
-            for index, (found, _) in enumerate(numbers)
-            if found.start() > mark.start()
-            and bisect.bisect_right(breaks, found.start()) == paragraph
-            and index not in pinned
+            for index in range(bisect.bisect_right(starts, mark.start()), bisect.bisect_left(starts, end))
+            if index not in pinned
         ]
         results = [index for index in following if numbers[index][1] is not None]
         chosen = results or following
@@ -284,11 +304,11 @@ def _is_delta(text: str, found: re.Match[str]) -> bool:
 
 def _nearest(mentions: list[tuple[int, str]], offset: int, start: int, end: int) -> str | None:
     """The metric named closest before ``offset`` in its sentence, else the first after it there."""
-    before = [name for position, name in mentions if start <= position < offset]
+    before = _within(mentions, start, offset)
     if before:
-        return before[-1]
-    after = [name for position, name in mentions if offset <= position < end]
-    return after[0] if after else None
+        return before[-1][1]
+    after = _within(mentions, offset, end)
+    return after[0][1] if after else None
 
 
 def _clause(mentions: list[tuple[int, str]], offset: int, start: int, end: int) -> tuple[int, int]:
@@ -296,10 +316,28 @@ def _clause(mentions: list[tuple[int, str]], offset: int, start: int, end: int) 
     its own (or the sentence's start) to the next metric named after the number (or the sentence's end).
     "accuracy of 98.1 % on clean digits, and its cross-entropy under noise is 0.43": clean goes with
     98.1, noise with 0.43."""
-    before = [position for position, _ in mentions if start <= position < offset]
-    after = [position for position, _ in mentions if offset < position < end]
-    lower = before[-2] + 1 if len(before) >= 2 else start
-    return lower, after[0] if after else end
+    before = _within(mentions, start, offset)
+    after = _within(mentions, offset + 1, end)
+    lower = before[-2][0] + 1 if len(before) >= 2 else start
+    return lower, after[0][0] if after else end
+
+
+def _within(mentions: list[tuple[int, str]], lower: int, upper: int) -> list[tuple[int, str]]:
+    """The mentions at offsets in [lower, upper), by bisection (mentions are in offset order)."""
+    return mentions[bisect.bisect_left(mentions, (lower, "")) : bisect.bisect_left(mentions, (upper, ""))]
+
+
+_SEPARATOR = re.compile(r",|;|\band\b|\bwhile\b|\bwhereas\b")
+
+
+def _part(separators: list[int], found: re.Match[str], lower: int, upper: int) -> tuple[int, int]:
+    """The part of a clause between separators (",", ";", "and"; their offsets, in order) that holds the
+    number: "98.1 % on clean and 86.4 % under noise" gives each number its own condition."""
+    left = bisect.bisect_left(separators, found.start()) - 1
+    right = bisect.bisect_left(separators, found.end())
+    start = separators[left] if left >= 0 and separators[left] >= lower else lower
+    end = separators[right] if right < len(separators) and separators[right] < upper else upper
+    return start, end
 
 
 def _closest(mentions: list[tuple[int, str]], offset: int) -> str | None:
@@ -309,11 +347,8 @@ def _closest(mentions: list[tuple[int, str]], offset: int) -> str | None:
 def _before_in_paragraph(mentions: list[tuple[int, str]], offset: int, breaks: list[int]) -> set[str]:
     """The metrics named earlier in the paragraph ("accuracy is 98.1 %. Under noise, 86.4 %.")."""
     paragraph = bisect.bisect_right(breaks, offset)
-    return {
-        name
-        for position, name in mentions
-        if position < offset and bisect.bisect_right(breaks, position) == paragraph
-    }
+    start = breaks[paragraph - 1] if paragraph else 0
+    return {name for _, name in _within(mentions, start, offset)}
 
 
 def _statement(document: str, source: Sequence[str], line: int, printed: Printed, **about: Any) -> Statement:
@@ -347,10 +382,16 @@ def table_statements(
 ) -> Iterator[Statement]:
     """One statement per number in a cell whose column header names a metric; its row's label is the subject."""
     columns = [(vocabulary.first("metrics", head), vocabulary.first("conditions", head)) for head in heads]
+    percent = [bool(_PERCENT_HEAD.search(head)) for head in heads]
+    deltas = [bool(_DELTA_HEAD.search(head)) for head in heads]
     for row in rows:
         label = row.cells[0] if row.cells else ""
         subject = _exact_subject(vocabulary, label) if stamp is None else label.strip()
-        for (metric, condition), cell in zip(columns[1:], row.cells[1:], strict=False):
+        for column, ((metric, condition), cell) in enumerate(
+            zip(columns[1:], row.cells[1:], strict=False), 1
+        ):
+            if deltas[column]:
+                continue  # a difference column: a delta, not a stated value
             anchor = None
             marked = re.search(r"runaudit:\s*(\S+)", cell)
             if marked:
@@ -359,10 +400,12 @@ def table_statements(
                     continue
             if metric is None and anchor is None:
                 continue
-            for found in _NUMBER.finditer(_MD_COMMENT.sub(" ", cell)):
+            for found in _NUMBER.finditer(_CODE_SPAN.sub(" ", _MD_COMMENT.sub(" ", cell))):
                 printed = parse_number(found)
-                if printed is None:
+                if printed is None or (found.group("sign") == "+" and anchor is None):
                     continue
+                if percent[column] and not printed.percent:
+                    printed = replace(printed, percent=True)
                 yield _statement(
                     document,
                     source,
@@ -424,6 +467,7 @@ def markdown_statements(text: str, vocabulary: Vocabulary, document: str) -> Ite
                 elif (target := _anchor(comment)) is not None:
                     pending += prose.anchor(target)
         elif token.type == "table_open":
+            pending = ""  # an anchor above a table pins none of its cells: anchor the cell itself
             end = next(i for i in range(index, len(tokens)) if tokens[i].type == "table_close")
             heads, rows = _markdown_table(tokens[index:end])
             yield from table_statements(heads, rows, vocabulary, document, source, stamp)
@@ -487,6 +531,7 @@ def latex_statements(text: str, vocabulary: Vocabulary, document: str) -> Iterat
     def line_at(position: int) -> int:
         return bisect.bisect_left(newlines, position) + 1
 
+    text = _LATEX_DECORATION.sub(lambda found: re.sub(r"[^\n]", " ", found.group(0)), text)
     try:
         nodes, _, _ = LatexWalker(text, tolerant_parsing=True).get_latex_nodes()
     except (LatexWalkerError, RecursionError) as exc:
@@ -523,25 +568,12 @@ def _walk_latex(nodes, prose, tables, stamp, line_at, vocabulary, document, sour
                 tables.extend(table_statements(heads, rows, vocabulary, document, source, stamp[0]))
                 stamp[0] = None
                 prose.add("\n\n", line)
-            elif node.environmentname in (
-                "table",
-                "table*",
-                "figure",
-                "figure*",
-                "center",
-                "document",
-                "abstract",
-                "itemize",
-                "enumerate",
-                "minipage",
-                "small",
-                "footnotesize",
-            ):
+            elif node.environmentname.rstrip("*") in LATEX_UNREAD:
+                prose.add("\n\n", line)  # displayed math and code: constants, not results
+            else:
                 prose.add("\n\n", line)
                 _walk_latex(node.nodelist, prose, tables, stamp, line_at, vocabulary, document, source)
                 prose.add("\n\n", line_at(node.pos + node.len))
-            else:
-                prose.add(_latex_text(node.latex_verbatim()), line)
         elif isinstance(node, LatexCharsNode):
             prose.add(node.chars, line)
         elif isinstance(node, LatexMacroNode) and node.macroname in LATEX_SKIPPED:
@@ -559,11 +591,17 @@ def _walk_latex(nodes, prose, tables, stamp, line_at, vocabulary, document, sour
             prose.add(_latex_text(node.latex_verbatim()), line)
 
 
-def _latex_text(latex: str) -> str:
+@functools.cache
+def _converter() -> Any:
     from pylatexenc.latex2text import LatexNodes2Text
 
+    return LatexNodes2Text(math_mode="text")
+
+
+def _latex_text(latex: str) -> str:
+    """What ``latex`` prints, through pylatexenc's latex2text (``\\percent`` as %, siunitx's unit)."""
     try:
-        return str(LatexNodes2Text(math_mode="text").latex_to_text(latex))
+        return str(_converter().latex_to_text(latex.replace("\\percent", "\\%")))
     except (ValueError, RecursionError, IndexError):
         return " "
 
@@ -584,8 +622,8 @@ def _latex_table(environment, line_at) -> tuple[list[str], list[Row]]:  # type: 
         if not cells:  # a row's first cell: "\\[2pt]" leaves its spacing ahead of the label
             raw = re.sub(r"^\s*\[[^\]]*\]", "", raw)
         text = _latex_text(raw).strip()
-        if "\ue002" in text:
-            text = ""
+        if pending_span > 1:  # spans columns: a heading over each, never one column's number
+            text = SPAN + text
         cells.extend([text] * pending_span)
         cell.clear()
         pending_span = 1
@@ -616,7 +654,6 @@ def _latex_table(environment, line_at) -> tuple[list[str], list[Row]]:  # type: 
                 pending_span = int(span) if span else 1
                 cell.append(groups[2].latex_verbatim()[1:-1])
                 start = node.pos if start is None else start
-                cell.append("\ue002")  # spans columns: a heading, not one column's number
                 index = nodes.index(groups[2]) + 1
                 continue
         else:
@@ -628,9 +665,36 @@ def _latex_table(environment, line_at) -> tuple[list[str], list[Row]]:  # type: 
     close_cell()
     if any(cells) and start is not None:
         rows.append(Row(line_at(start), tuple(cells)))
+    return _headed(rows)
+
+
+SPAN = "\ue002"
+
+
+def _headed(rows: list[Row]) -> tuple[list[str], list[Row]]:
+    """Header and body: header rows are merged until a row holds a number ("Accuracy" spanning "clean" and
+    "noise" heads "Accuracy clean" and "Accuracy noise"); a body cell spanning columns is no number."""
     if not rows:
         return [], []
-    return list(rows[0].cells), rows[1:]
+    heads = [cell.replace(SPAN, "") for cell in rows[0].cells]
+    body = rows[1:]
+    while body and not any(
+        parse_number(found) for cell in body[0].cells[1:] for found in _NUMBER.finditer(cell)
+    ):
+        below = body.pop(0).cells
+        width = max(len(heads), len(below))
+        heads = [
+            " ".join(
+                part
+                for part in (
+                    heads[i] if i < len(heads) else "",
+                    below[i].replace(SPAN, "") if i < len(below) else "",
+                )
+                if part
+            )
+            for i in range(width)
+        ]
+    return heads, [Row(row.line, tuple("" if SPAN in cell else cell for cell in row.cells)) for row in body]
 
 
 # -- CSV ---------------------------------------------------------------------------------------------------
@@ -638,8 +702,13 @@ def _latex_table(environment, line_at) -> tuple[list[str], list[Row]]:  # type: 
 
 def csv_statements(text: str, vocabulary: Vocabulary, document: str) -> Iterator[Statement]:
     source = text.splitlines()
+    text = text.removeprefix("\ufeff")
     try:
-        table = list(csv.reader(io.StringIO(text)))
+        dialect: Any = csv.Sniffer().sniff(text[:8192], delimiters=",;\t")
+    except csv.Error:
+        dialect = csv.excel
+    try:
+        table = list(csv.reader(io.StringIO(text), dialect))
     except csv.Error as exc:
         raise DocumentError(f"{document}: not CSV ({exc})") from None
     if not table:

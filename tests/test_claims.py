@@ -280,7 +280,9 @@ def test_a_number_with_no_artifact_is_listed_not_run(
 ) -> None:
     def add(text: str) -> str:
         text = text.replace(
-            "## Seeds", "<!-- runaudit: seed-9/main/accuracy/clean --> Seed 9 reaches 0.9123.\n\n## Seeds"
+            "## Seeds",
+            "<!-- runaudit: seed-9/main/accuracy/clean --> Seed 9 reaches 0.9123.\n\n"
+            "Prior work reports a clean accuracy of 95.21 % [3].\n\n## Seeds",
         )
         row = next(line for line in text.splitlines() if line.startswith(f"| {ARM} |"))
         return text.replace(row, row + "\n| literature | 0.9912 | 0.0400 | 0.9000 | 0.3000 |")
@@ -290,6 +292,8 @@ def test_a_number_with_no_artifact_is_listed_not_run(
     verdicts = _by_line(outcome)
     anchored = verdicts[f"README.md:{_line_of(readme, 'Seed 9')}:1"]
     assert anchored["verdict"] == "not_run" and "seed-9/main/accuracy/clean" in anchored["message"]
+    prior = verdicts[f"README.md:{_line_of(readme, 'Prior work')}:1"]  # another paper's number names no run
+    assert prior["verdict"] == "not_run" and "closest" in prior["message"]
     literature = [
         item
         for subject, item in verdicts.items()

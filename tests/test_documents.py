@@ -71,11 +71,10 @@ def test_markdown_code_deltas_integers_and_other_metrics_are_not_claims() -> Non
     )
     found = statements(text, "markdown", WORDS, "README.md")
     assert [(item.printed.text, item.metric, item.subject) for item in found] == [
-        ("0.91", "accuracy", None),  # F1 is no declared metric: the sentence's metric is accuracy
-        ("49.12", "accuracy", "probe"),
+        ("49.12", "accuracy", "probe"),  # "F1 is 0.91" names no declared metric
         ("0.43", "cross_entropy", "probe"),
     ]
-    assert found[2].condition == "noise" and found[1].condition is None
+    assert found[1].condition == "noise" and found[0].condition is None
 
 
 def test_an_anchor_pins_the_result_after_it_not_a_count() -> None:
@@ -129,3 +128,55 @@ def test_the_generated_csv_carries_its_provenance(tmp_path: Path) -> None:
     (item,) = statements(text, "csv", WORDS, "results.csv")
     assert item.printed.text == "0.834 ± 0.054" and item.subject == "short"
     assert item.provenance == (("seed-1", "aa"), ("seed-2", "bb"), ("seed-3", "cc"))
+
+
+# Styles a review of the gate found misread; each case failed before its fix.
+TWO_ROW_HEADER = r"""\begin{tabular}{lcc}
+\toprule
+Model & \multicolumn{2}{c}{Accuracy (\%)} \\
+\cmidrule(lr){2-3}
+ & clean & noise \\
+\midrule
+\rowcolor{gray!20} demo & \cellcolor{blue!10}98.12 & 86.41 \\
+\bottomrule
+\end{tabular}
+\begin{equation} L = 0.5 \cdot \mathrm{accuracy} \end{equation}
+"""
+
+
+def test_a_two_row_header_with_colours_and_a_percent_heading() -> None:
+    found = statements(TWO_ROW_HEADER, "latex", WORDS, "paper.tex")
+    assert [
+        (item.subject, item.metric, item.condition, item.printed.text, item.printed.percent) for item in found
+    ] == [
+        ("demo", "accuracy", "clean", "98.12", True),
+        ("demo", "accuracy", "noise", "86.41", True),
+    ]
+
+
+def test_each_number_takes_the_condition_of_its_own_part_of_the_sentence() -> None:
+    text = "The demo reaches an accuracy of 98.12 % on clean and 86.41 % under noise.\n"
+    found = statements(text, "markdown", WORDS, "README.md")
+    assert [(item.printed.text, item.condition) for item in found] == [
+        ("98.12 %", "clean"),
+        ("86.41 %", "noise"),
+    ]
+
+
+def test_glued_names_delta_columns_and_code_in_cells() -> None:
+    text = "| run | val_accuracy | Δ accuracy | cross_entropy |\n|---|---|---|---|\n| demo | 0.9812 | +0.61 | `0.43` |\n"
+    found = statements(text, "markdown", WORDS, "README.md")
+    assert [(item.metric, item.printed.text) for item in found] == [("accuracy", "0.9812")]
+
+
+@pytest.mark.parametrize(
+    "text", ["\ufeffrun,metric,value\ndemo,accuracy,0.9812\n", "run;metric;value\ndemo;accuracy;0.9812\n"]
+)
+def test_a_csv_with_a_byte_order_mark_or_semicolons(text: str) -> None:
+    (item,) = statements(text, "csv", WORDS, "results.csv")
+    assert (item.subject, item.metric, item.printed.text) == ("demo", "accuracy", "0.9812")
+
+
+def test_a_long_sentence_of_numbers_is_read_in_linear_time() -> None:
+    text = "accuracy " + ", ".join(f"0.{index:04d}" for index in range(20_000)) + ".\n"
+    assert len(statements(text, "markdown", WORDS, "README.md")) == 20_000
