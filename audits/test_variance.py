@@ -26,7 +26,7 @@ from runaudit.items import (
     mean_of,
     primary_condition,
 )
-from runaudit.reader import CapsuleReader, Unavailable
+from runaudit.reader import CapsuleReader, Unavailable, dotted
 from runaudit.run import DeclaredMetric, DeclaredTest, Run
 from runaudit.siblings import (
     ComparisonGroup,
@@ -498,15 +498,6 @@ def test_precision(
     )
 
 
-def _flatten(document: Any, prefix: str = "") -> dict[str, Any]:
-    if isinstance(document, Mapping):
-        flat: dict[str, Any] = {}
-        for key, value in document.items():
-            flat.update(_flatten(value, f"{prefix}{key}."))
-        return flat
-    return {prefix.rstrip("."): document}
-
-
 def _config(audit: AuditRecorder, source: CapsuleReader, owner_run: Run) -> dict[str, Any]:
     """A run's config.yaml as dotted key paths. The reader parses it once per capsule, and only as a
     bounded tree, so flattening and comparing two configs cost at most its node budget, never an alias
@@ -514,7 +505,7 @@ def _config(audit: AuditRecorder, source: CapsuleReader, owner_run: Run) -> dict
 
     def flat() -> dict[str, Any]:
         try:
-            return _flatten(source.config())
+            return dotted(source.config())
         except Unavailable as exc:
             raise Unavailable(f"run {owner_run.run_id}: {exc}", exc.owner) from None
 

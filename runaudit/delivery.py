@@ -20,7 +20,6 @@ custody; ``not_run`` when no artifact can be found for it (it is listed, never s
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 from collections.abc import Iterable
@@ -36,7 +35,7 @@ from runaudit.run import Run
 from runaudit.safeio import JSON_CAP, read_regular
 from runaudit.siblings import group_of, sealed_runs
 from runaudit.statistics import decimals_supported
-from runaudit.tables import group_table
+from runaudit.tables import file_sha256, group_table
 
 VERIFY_DOC = "docs/claims.md"
 
@@ -77,10 +76,6 @@ class Judgement:
     evidence: dict[str, Any] = field(default_factory=dict)
 
 
-def _sha256(path: Path) -> str:
-    return hashlib.sha256(read_regular(path)).hexdigest()
-
-
 def _run_artifacts(run: Run) -> list[Artifact]:
     """Every value ``run``'s metrics.json files declare (a capsule that cannot be read declares none)."""
     found: list[Artifact] = []
@@ -89,7 +84,7 @@ def _run_artifacts(run: Run) -> list[Artifact]:
         rel = f"test/{test.test_id}/metrics.json"
         try:
             document = capsule.json(rel)
-            hashes = (_sha256(run.path / "run.json"), _sha256(run.path / rel))
+            hashes = (file_sha256(run.path / "run.json"), file_sha256(run.path / rel))
         except (Unavailable, OSError):
             continue
         rows = document.get("metrics") if isinstance(document, dict) else None

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from runaudit.safeio import read_regular
 from runaudit.siblings import arm_of, declared_value, group_members, reader
 from runaudit.statistics import decimals_supported
 
@@ -101,8 +102,8 @@ def group_table(root: Path, group: str, test_id: str) -> Table:
         provenance = tuple(
             (
                 run.run_id,
-                _sha256(run.path / "run.json"),
-                _sha256(run.path / "test" / test_id / "metrics.json"),
+                file_sha256(run.path / "run.json"),
+                file_sha256(run.path / "test" / test_id / "metrics.json"),
             )
             for run in runs
         )
@@ -138,8 +139,9 @@ def _latex(text: str) -> str:
     return "".join(LATEX_SPECIALS.get(char, char) for char in text)
 
 
-def _sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
+def file_sha256(path: Path) -> str:
+    """The SHA-256 of a capsule's small contract file, read as a regular file (never through a link)."""
+    return hashlib.sha256(read_regular(path)).hexdigest()
 
 
 def render(table: Table, form: str, sidecar: str) -> str:

@@ -26,6 +26,7 @@ from typing import Any
 
 from runaudit.capsule import TENSORBOARD, TENSORBOARD_EVENTS, TRACKER_DEPTH, TRACKERS, WANDB, is_wandb_log
 from runaudit.history import History
+from runaudit.reader import dotted
 
 # TensorBoard keeps scalars as float32: seven significant digits survive the trip.
 RELATIVE_TOLERANCE = 2e-6
@@ -230,7 +231,7 @@ def _read_wandb(capsule: Path, name: str, files: Iterable[str]) -> TrackerRun:
                     for item in updates:
                         key = item.key or ".".join(item.nested_key)
                         if not key.startswith("_"):
-                            run.hparams.update(_flatten({key: json.loads(item.value_json)}))
+                            run.hparams.update(dotted({key: json.loads(item.value_json)}))
                 elif kind == "metric" and record.metric.name:
                     summary = record.metric.summary
                     run.goals[record.metric.name] = "max" if summary.max else "min" if summary.min else ""
@@ -323,7 +324,7 @@ def config_findings(run: TrackerRun, config: Mapping[str, Any] | None) -> list[s
     when unique, by the last part of one)."""
     if not run.hparams or not isinstance(config, Mapping):
         return []
-    flat = dict(_flatten(config))
+    flat = dotted(config)
     findings = []
     for name, value in sorted(run.hparams.items()):
         keys = [name] if name in flat else [key for key in flat if key.rsplit(".", 1)[-1] == name]
@@ -342,15 +343,6 @@ def config_findings(run: TrackerRun, config: Mapping[str, Any] | None) -> list[s
                 f"{run.name}: hyperparameter {name} = {value!r} in the tracker, config.yaml {keys[0]} = {stated!r}"
             )
     return findings
-
-
-def _flatten(document: Mapping[str, Any], prefix: str = "") -> Iterable[tuple[str, Any]]:
-    for key, value in document.items():
-        dotted = f"{prefix}{key}"
-        if isinstance(value, Mapping):
-            yield from _flatten(value, f"{dotted}.")
-        else:
-            yield dotted, value
 
 
 DIRECTIONS = {"higher": "max", "lower": "min"}
