@@ -1,8 +1,8 @@
 """Claims gate: every number a paper, README or slide states equals the artifact it came from (docs/claims.md).
 
-``pytest --run=<id> --runaudit-claims README.md paper.tex results.csv`` reads each document and checks each
-number it states about a metric against the sealed capsules under the run's root: the run's own
-metrics.json values and its comparison group's arm means (mean ± standard error over seeds, as
+``pytest --run=<group|id> --runaudit-claims README.md paper.tex results.csv`` reads each document and checks
+each number it states about a metric against the sealed capsules under the project root: every run's
+metrics.json values and every comparison group's arm means (mean ± standard error over seeds, as
 ``runaudit table`` generates them). A number passes when it equals its artifact at its printed precision,
 claims no more decimals than the artifact supports, and every capsule behind it holds a current receipt.
 """

@@ -99,7 +99,7 @@ class VerdictReport:
 
     @pytest.hookimpl
     def pytest_sessionstart(self, session: pytest.Session) -> None:
-        if self.writes_page and not self.config.getoption("collectonly"):
+        if self.writes_page and not self.config.getoption("collectonly") and not self.run.is_group:
             self.predraw = figures.predraw_curves(self.run.path)
 
     def _join_predraw(self, *, needed: bool) -> None:
@@ -127,11 +127,11 @@ class VerdictReport:
             invocation_dir=self.config.invocation_params.dir,
             strict=strict_mode(self.config),
             custody_gate={
-                "expected": expected_custody(self.run),
+                "expected": {} if self.run.is_group else expected_custody(self.run),
                 "session": session_end(session, exitstatus),
             },
         )
-        stem = report_stem(self.run.run_id)
+        stem = report_stem(self.run.run_id, group=self.run.is_group)
         folder = self.report_dir
         earlier = document.earlier_verdicts(folder / f"{stem}.json", doc)
         if earlier:

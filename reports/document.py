@@ -16,6 +16,7 @@ import runaudit
 from runaudit.clock import attempt_id
 from runaudit.reports import facts
 from runaudit.reports.receipt import binding_receipt
+from runaudit.resolve import GROUP
 from runaudit.run import Run
 from runaudit.verdict import EVIDENCE_DEPTH, Verdict, jsonable
 
@@ -134,6 +135,12 @@ def _shown(items: list[str]) -> str:
 
 def teardown(doc: Mapping[str, Any]) -> dict[str, str]:
     """The answer to "safe to tear the box down?": yes only on a complete, held custody gate and a current receipt."""
+    if doc["origin"] == GROUP:
+        return {
+            "answer": "no",
+            "reason": f"{doc['run_id']} is a comparison group, not a capsule: teardown is answered per run "
+            "(pytest --run=<run-id> -m custody)",
+        }
     if doc["origin"] == "active":
         return {
             "answer": "no",
@@ -242,7 +249,7 @@ def build(
             key=lambda item: (item["audit"], item["subject"]),
         ),
         "custody_gate": dict(custody_gate),
-        "receipt": binding_receipt(run),
+        "receipt": None if run.is_group else binding_receipt(run),
         "tests": facts.declared_tests(run),
         "headlines": headlines,
         "headline_problems": headline_problems,

@@ -20,7 +20,7 @@ from typing import Any
 
 import runaudit
 from runaudit.atomic import write_bytes_atomic
-from runaudit.ids import INDEX_STEM, report_stem
+from runaudit.ids import INDEX_STEM
 from runaudit.ledger import cell
 from runaudit.manifest import nesting_problem
 from runaudit.reports.document import REPORT_DEPTH
@@ -145,7 +145,7 @@ def _row(path: Path, document: Mapping[str, Any], columns: Sequence[Column]) -> 
     by_audit: dict[str, list[Mapping[str, Any]]] = defaultdict(list)
     for item in document["verdicts"]:
         by_audit[item["audit"]].append(item)
-    page = path.with_name(f"{report_stem(document['run_id'])}.html")
+    page = path.with_suffix(".html")  # the page sits beside its JSON twin (a group's stem ends in @group)
     return Row(
         run_id=document["run_id"],
         href=page.name if page.is_file() else None,

@@ -16,6 +16,7 @@ from typing import Any
 from markupsafe import Markup
 
 from runaudit.reports import claims, coverage, figures, findings, visuals
+from runaudit.resolve import GROUP
 
 FOLD = 8  # an audit whose subjects all passed shows as one row once it has more subjects than this
 
@@ -56,6 +57,8 @@ def _figure(figure: figures.Figure) -> figures.Figure:
 
 def context(doc: Mapping[str, Any]) -> dict[str, Any]:
     run_path, root = Path(doc["run_path"]), Path(doc["root"])
+    # A comparison group's page (--run=<group>) has no capsule of its own to draw curves or images from.
+    capsule = doc["origin"] != GROUP
     groups = findings.disclosure_groups(doc)
     custody = Counter(item["verdict"] for item in doc["verdicts"] if item["gate_class"] == "custody")
     return {
@@ -65,9 +68,9 @@ def context(doc: Mapping[str, Any]) -> dict[str, Any]:
         "failures": findings.failures(doc),
         "groups": groups,
         "group_anchors": {group.conclusion: group.anchor for group in groups},
-        "figures": [_figure(figure) for figure in figures.figures(doc, run_path)],
+        "figures": [_figure(figure) for figure in figures.figures(doc, run_path)] if capsule else [],
         "matrices": coverage.matrices(doc),
-        "strips": visuals.strips(doc, run_path, root),
+        "strips": visuals.strips(doc, run_path, root) if capsule else [],
         "verdict_rows": verdict_rows(doc["verdicts"]),
         "where": sorted(Counter(item["where"] for item in doc["verdicts"]).items()),
     }

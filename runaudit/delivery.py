@@ -147,14 +147,15 @@ def _arm_artifacts(root: Path, group: str, runs: list[Artifact]) -> list[Artifac
 
 class Scope:
     """The artifacts a document can be checked against: every sealed capsule under the audited run's root
-    (anchors and generated tables may name any), and the audited run's group as the focus of numbers that
-    name neither run nor arm."""
+    (anchors and generated tables may name any), and the audited run's group (or the group ``--run``
+    named) as the focus of numbers that name neither run nor arm."""
 
     def __init__(self, run: Run) -> None:
         self.run = run
         self.root = run.root
         members = {member.run_id: member for member in sealed_runs(run.root)}
-        members.setdefault(run.run_id, run)
+        if not run.is_group:
+            members.setdefault(run.run_id, run)
         self.artifacts: list[Artifact] = []
         groups: dict[str, list[Artifact]] = {}
         for member in members.values():
@@ -164,7 +165,7 @@ class Scope:
                 groups.setdefault(group, []).extend(found)
         for group, found in sorted(groups.items()):
             self.artifacts += _arm_artifacts(run.root, group, found)
-        self.group = group_of(run)
+        self.group = run.named_group if run.is_group else group_of(run)
         self._custody: dict[str, str | None] = {}
 
     def vocabulary(self) -> Vocabulary:

@@ -368,3 +368,34 @@ def test_a_stamp_never_names_a_path_outside_its_folder_nor_blocks_on_a_fifo(
     cells = [item for name, item in verdicts.items() if not name.startswith("huge.md")]
     assert len(cells) == 2 * 2 * 4 and {item["verdict"] for item in cells} == {"passed"}
     assert verdicts["huge.md"]["verdict"] == "failed" and "limit" in verdicts["huge.md"]["message"]
+
+
+def test_a_group_session_checks_the_documents_against_its_runs_in_a_report_of_its_own(
+    run_audits: Callable[..., AuditRun], delivered: dict[str, Any], pytester: pytest.Pytester
+) -> None:
+    """``--run=<group>``: the same verdicts with the group in focus, written to ``<group>@group.json`` (a
+    member's report, which ``down`` and the index read, is never replaced); without documents it is a
+    usage line, and a name that is neither run nor group says it tried both."""
+    docs, root = delivered["docs"], delivered["root"]
+    documents = [str(docs / "README.md"), str(docs / "paper.tex"), str(docs / "results.csv")]
+    member = run_audits(DEMO_RUN_ID, root, "-m", "claims", "--runaudit-claims", *documents)
+    assert member.report is not None
+    group = run_audits(DEMO_GROUP, root, "--runaudit-claims", *documents, report_stem=f"{DEMO_GROUP}@group")
+    verdicts = _by_line(group)
+    assert verdicts.keys() == _by_line(member).keys()
+    assert {item["verdict"] for item in verdicts.values()} == {"passed"}, verdicts
+    assert {item["audit"] for item in group.report["verdicts"]} == {"claims.number"}  # no capsule audits
+    assert group.report["origin"] == "group" and group.report["teardown"]["answer"] == "no"
+    assert "per run" in group.report["teardown"]["reason"]
+    assert group.result.ret == 0
+    page = (pytester.path / "reports" / f"{DEMO_GROUP}@group.html").read_text(encoding="utf-8")
+    assert "claims.number" in page and "could not be drawn" not in page
+    kept = json.loads((pytester.path / "reports" / f"{DEMO_RUN_ID}.json").read_text())
+    assert kept["run_id"] == DEMO_RUN_ID and kept["origin"] != "group"
+
+    bare = run_audits(DEMO_GROUP, root)
+    assert bare.result.ret == 4 and bare.report is None
+    assert f"names the comparison group {DEMO_GROUP}" in bare.result.stderr.str()
+    nothing = run_audits("no-such-group", root, "--runaudit-claims", documents[0])
+    assert nothing.result.ret == 4
+    assert "a comparison group no-such-group" in nothing.result.stderr.str()

@@ -9,6 +9,7 @@ import pytest
 from capsules import HARDWARE_RUN_ID, build_hardware_capsule
 
 from runaudit.examples.digits.build import DEMO_RUN_ID
+from runaudit.resolve import Root, resolve
 
 # As tests/conftest.py's run_audits passes them; the plugin module is already imported by this process.
 PLUGIN = (
@@ -47,7 +48,11 @@ def assert_subset_held(result: pytest.RunResult) -> None:
     [
         pytest.param("missing/capsule", ["missing/capsule", "no such directory"], id="missing-path"),
         pytest.param("a-file.txt", ["a-file.txt", "is a file"], id="a-file"),
-        pytest.param("ghost", ["runs/ghost", "export/ghost", "active/ghost"], id="id-found-nowhere"),
+        pytest.param(
+            "ghost",
+            ["runs/ghost", "export/ghost", "active/ghost", "a comparison group ghost"],
+            id="id-found-nowhere",
+        ),
         pytest.param("../x", ["../x", "is not a run id"], id="unsafe-id"),
     ],
 )
@@ -56,6 +61,20 @@ def test_bad_run_is_one_error_line(pytester: pytest.Pytester, spec: str, named: 
     result = pytester.runpytest(*PLUGIN, "--run", spec, "--root", str(pytester.path))
     assert_one_error_line(result, f"--run={spec}", *named)
     assert not (pytester.path / "reports").exists()
+
+
+def test_a_run_id_wins_over_a_comparison_group_of_the_same_name(tmp_path: Path) -> None:
+    """``--run=<group>`` is tried after every run folder: a run is never shadowed by a group's name."""
+    (tmp_path / "runs" / "sweep").mkdir(parents=True)
+    root = Root(tmp_path, "--root")
+
+    def no_demo(path: Path) -> Path:
+        raise AssertionError("the demo is not asked for")
+
+    found = resolve("sweep", root, cwd=tmp_path, build_demo=no_demo, is_group=lambda name, at: True)
+    assert (found.origin, found.path) == ("runs", tmp_path / "runs" / "sweep")
+    group = resolve("arms", root, cwd=tmp_path, build_demo=no_demo, is_group=lambda name, at: name == "arms")
+    assert (group.origin, group.group, group.path) == ("group", "arms", tmp_path)
 
 
 def test_root_that_does_not_exist_is_one_error_line(pytester: pytest.Pytester) -> None:
