@@ -29,7 +29,7 @@ from runaudit.clock import attempt_id, utc_now
 from runaudit.hashing import sha256_file
 from runaudit.ids import is_safe_id
 from runaudit.manifest import load_json
-from runaudit.runners.suite import failures, run_suite
+from runaudit.runners.suite import failures, run_suites
 from runaudit.safeio import JSON_CAP, read_regular
 from runaudit.usage import Refusal, existing_dir
 from runaudit.workspace import LOCK_FILE, try_lock
@@ -318,7 +318,9 @@ def _seal(root: Path, run_id: str, draft: dict[str, Any], log: Callable[[str], N
         ) from None
 
     log(f"close {run_id}: auditing the candidate at {candidate}")
-    report, output = run_suite(candidate, root, modules=CLOSURE_GATES, args=("-m", "custody"))
+    # Forked from this process where it can be (runners/suite.py): a close inside a session or a test
+    # that already imported pytest and torch then costs its audits alone, not another interpreter.
+    report, output = run_suites([candidate], root, modules=CLOSURE_GATES, args=("-m", "custody"))[candidate]
     if report is None:  # no verdict at all: the harness or the environment broke, not the capsule
         _discard(candidate)
         said = output.strip().splitlines()

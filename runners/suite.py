@@ -135,7 +135,7 @@ def _forked_session(plugin: Any, argv: list[str], root: Path, log: Path) -> int:
 
 
 def run_suites(
-    capsules: Sequence[Path], root: Path, *, args: Sequence[str] = ()
+    capsules: Sequence[Path], root: Path, *, modules: Sequence[str] = (), args: Sequence[str] = ()
 ) -> dict[Path, tuple[dict[str, Any] | None, str]]:
     """:func:`run_suite` on several capsules, one per core at a time: (report or None, output) of each.
 
@@ -146,7 +146,7 @@ def run_suites(
     workers = max(1, min(len(capsules), os.cpu_count() or 1))
     if sys.platform != "linux":
         with ThreadPoolExecutor(max_workers=workers) as pool:
-            done = pool.map(lambda capsule: run_suite(capsule, root, args=args), capsules)
+            done = pool.map(lambda capsule: run_suite(capsule, root, modules=modules, args=args), capsules)
             return dict(zip(capsules, done, strict=True))
     plugin = _warm_while_hashing(capsules)
     results: dict[Path, tuple[dict[str, Any] | None, str]] = {}
@@ -158,7 +158,7 @@ def run_suites(
             reports = Path(scratch) / str(index)
             reports.mkdir()
             log = reports / "output.log"
-            argv = _pytest_args(capsule, root, str(reports), (), args)
+            argv = _pytest_args(capsule, root, str(reports), modules, args)
             running[_forked_session(plugin, argv, root, log)] = (capsule, str(reports), log)
         while running:
             _collect(running, results)

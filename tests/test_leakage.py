@@ -231,3 +231,18 @@ def test_a_manifest_changed_after_the_run_is_not_audited_as_the_runs(
     for audit in ("leakage.cross_split_bytes", "leakage.normcase_duplicates", "leakage.near_duplicates"):
         found = verdict(outcome, audit)
         assert found["verdict"] == "not_run" and "reported by leakage.split_provenance" in found["message"]
+
+
+def test_the_demo_reads_the_same_digits_as_scikit_learns_loader() -> None:
+    """The demo reads scikit-learn's shipped CSV itself (no sklearn import); the split manifest's hashes
+    and the dataset's content hash rest on those bytes being load_digits' own."""
+    import sklearn
+    from sklearn.datasets import load_digits
+
+    from runaudit.examples.digits import data
+
+    ours, theirs = data.load(), load_digits()
+    assert ours.images.shape == (1797, 8, 8) and ours.images.dtype == np.uint8
+    assert np.array_equal(ours.images, theirs.images.astype(np.uint8))
+    assert np.array_equal(ours.labels, theirs.target)
+    assert ours.version == f"sklearn-{sklearn.__version__}"

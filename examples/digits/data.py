@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import hashlib
+import importlib.metadata
+import importlib.util
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -38,16 +41,28 @@ class Digits:
 
 
 def load() -> Digits:
-    import sklearn
-    from sklearn.datasets import load_digits
+    """scikit-learn's digits, read from the CSV the installed scikit-learn ships with them.
 
-    bunch = load_digits()
-    images = bunch.images.astype(np.uint8)
+    The file is found without importing scikit-learn: ``sklearn.datasets`` pulls in ``scipy.stats`` and
+    costs about 1.4 s, more than two epochs of the demo. Where a release keeps it elsewhere,
+    ``load_digits`` reads it. tests/test_leakage.py checks that both give the same images and labels.
+    """
+    spec = importlib.util.find_spec("sklearn")  # locates the package without running its __init__
+    folders = list(spec.submodule_search_locations or ()) if spec is not None else []
+    shipped = [Path(folder) / "datasets" / "data" / "digits.csv.gz" for folder in folders]
+    if shipped and shipped[0].is_file():
+        table = np.loadtxt(shipped[0], delimiter=",")
+        images, labels = table[:, :-1].reshape(-1, 8, 8), table[:, -1]
+    else:
+        from sklearn.datasets import load_digits
+
+        bunch = load_digits()
+        images, labels = bunch.images, bunch.target
     return Digits(
-        images=images,
-        labels=bunch.target.astype(np.int64),
+        images=images.astype(np.uint8),
+        labels=labels.astype(np.int64),
         sample_ids=tuple(f"d{index:04d}" for index in range(len(images))),
-        version=f"sklearn-{sklearn.__version__}",
+        version=f"sklearn-{importlib.metadata.version('scikit-learn')}",
     )
 
 
