@@ -138,8 +138,8 @@ def teardown(doc: Mapping[str, Any]) -> dict[str, str]:
     if doc["origin"] == GROUP:
         return {
             "answer": "no",
-            "reason": f"{doc['run_id']} is a comparison group, not a capsule: teardown is answered per run "
-            "(pytest --run=<run-id> -m custody)",
+            "reason": f"{doc['run_id']} is a comparison group, not a capsule: teardown is answered per run, "
+            "in each member's own report (pytest --run=<run-id> -m custody)",
         }
     if doc["origin"] == "active":
         return {

@@ -22,7 +22,7 @@ from typing import Any
 # The gate class of an audit (its pytest marker): the teardown gate, the science probes, the pre-launch
 # smoke checks of the user's code, the checks of a live box, and the numbers of the user's documents. Not to be confused with the audit module
 # an audit lives in (``audits/test_capsule.py`` holds capsule audits of the custody class).
-GATE_CLASSES = ("custody", "science", "smoke", "preflight", "claims")
+GATE_CLASSES = ("custody", "science", "smoke", "preflight", "claims", "sweep")
 
 
 class Verdict(enum.StrEnum):

@@ -33,6 +33,7 @@ AUDIT_MODULES = (
     "evaluation",
     "preflight",
     "claims",
+    "sweep",
 )
 # `capsule.md` and `smoke.py` are file names, not ids; no audit is named like a suffix (tested below).
 FILE_SUFFIXES = frozenset({"md", "py", "json", "toml", "yaml", "csv", "parquet", "html", "txt", "png", "pth"})

@@ -373,14 +373,16 @@ def test_a_stamp_never_names_a_path_outside_its_folder_nor_blocks_on_a_fifo(
 def test_a_group_session_checks_the_documents_against_its_runs_in_a_report_of_its_own(
     run_audits: Callable[..., AuditRun], delivered: dict[str, Any], pytester: pytest.Pytester
 ) -> None:
-    """``--run=<group>``: the same verdicts with the group in focus, written to ``<group>@group.json`` (a
-    member's report, which ``down`` and the index read, is never replaced); without documents it is a
-    usage line, and a name that is neither run nor group says it tried both."""
+    """``--run=<group> -m claims``: the same verdicts with the group in focus, written to
+    ``<group>@group.json`` (a member's report, which ``down`` and the index read, is never replaced); a
+    name that is neither run nor group says it tried both."""
     docs, root = delivered["docs"], delivered["root"]
     documents = [str(docs / "README.md"), str(docs / "paper.tex"), str(docs / "results.csv")]
     member = run_audits(DEMO_RUN_ID, root, "-m", "claims", "--runaudit-claims", *documents)
     assert member.report is not None
-    group = run_audits(DEMO_GROUP, root, "--runaudit-claims", *documents, report_stem=f"{DEMO_GROUP}@group")
+    group = run_audits(
+        DEMO_GROUP, root, "-m", "claims", "--runaudit-claims", *documents, report_stem=f"{DEMO_GROUP}@group"
+    )
     verdicts = _by_line(group)
     assert verdicts.keys() == _by_line(member).keys()
     assert {item["verdict"] for item in verdicts.values()} == {"passed"}, verdicts
@@ -393,9 +395,72 @@ def test_a_group_session_checks_the_documents_against_its_runs_in_a_report_of_it
     kept = json.loads((pytester.path / "reports" / f"{DEMO_RUN_ID}.json").read_text())
     assert kept["run_id"] == DEMO_RUN_ID and kept["origin"] != "group"
 
-    bare = run_audits(DEMO_GROUP, root)
-    assert bare.result.ret == 4 and bare.report is None
-    assert f"names the comparison group {DEMO_GROUP}" in bare.result.stderr.str()
     nothing = run_audits("no-such-group", root, "--runaudit-claims", documents[0])
     assert nothing.result.ret == 4
     assert "a comparison group no-such-group" in nothing.result.stderr.str()
+
+
+def test_a_group_session_audits_each_member_in_a_session_of_its_own(
+    run_audits: Callable[..., AuditRun], delivered: dict[str, Any], pytester: pytest.Pytester, tmp_path: Path
+) -> None:
+    """``pytest --run=<group> -n 2 -k seed``: one ``sweep.member`` verdict per selected run, each from the
+    run's own session and report; a checkpoint changed after the pull fails its member alone."""
+    root = tmp_path / "project"
+    shutil.copytree(
+        delivered["root"], root, symlinks=True, ignore=shutil.ignore_patterns("*.lock", "reports")
+    )
+    with (root / "export" / "seed-2" / "best.pth").open("r+b") as checkpoint:
+        checkpoint.seek(-64, os.SEEK_END)
+        byte = checkpoint.read(1)
+        checkpoint.seek(-1, os.SEEK_CUR)
+        checkpoint.write(bytes([byte[0] ^ 0xFF]))
+    outcome = run_audits(DEMO_GROUP, root, "-n", "2", "-k", "seed", report_stem=f"{DEMO_GROUP}@group")
+    assert outcome.report is not None and outcome.result.ret == 1
+    members = {item["subject"]: item for item in outcome.report["verdicts"]}
+    assert set(members) == set(SEEDS) and {item["audit"] for item in members.values()} == {"sweep.member"}
+    reports = pytester.path / "reports"
+    for run_id, item in members.items():
+        own = json.loads((reports / f"{run_id}.json").read_text())
+        assert own["run_id"] == run_id and own["origin"] != "group"
+        assert item["evidence"]["teardown"] == own["teardown"]["answer"]
+        broken = {entry["audit"] for entry in own["verdicts"] if entry["verdict"] in ("failed", "error")}
+        assert (item["verdict"] == "failed") == (run_id == "seed-2"), item
+        assert (run_id == "seed-2") == bool(broken), broken
+        if broken:
+            assert "did not hold" in item["message"] and any(audit in item["message"] for audit in broken)
+    assert (
+        outcome.report["teardown"]["answer"] == "no" and "own report" in outcome.report["teardown"]["reason"]
+    )
+
+
+def test_a_member_session_that_writes_no_report_is_failed_never_read_from_an_older_report(
+    run_audits: Callable[..., AuditRun], delivered: dict[str, Any], pytester: pytest.Pytester
+) -> None:
+    """A report left by an earlier session of the member is not this session's: the verdict says the
+    member's session wrote none, with its exit status, and never repeats what the old report said."""
+    pytester.makepyfile(
+        break_members="""
+        import runaudit.fixtures.sweep as sweep
+
+        member_arguments = sweep.member_arguments
+        sweep.member_arguments = lambda config, member: [*member_arguments(config, member), "--no-such-option"]
+        """
+    )
+    pytester.syspathinsert()
+    reports = pytester.path / "reports"
+    reports.mkdir()
+    stale = {"audit": "capsule.stale", "subject": "", "verdict": "failed", "message": "from an older session"}
+    (reports / "seed-1.json").write_text(json.dumps({"run_id": "seed-1", "verdicts": [stale]}))
+    outcome = run_audits(
+        DEMO_GROUP,
+        delivered["root"],
+        "-p",
+        "break_members",
+        "-k",
+        "seed-1",
+        report_stem=f"{DEMO_GROUP}@group",
+    )
+    assert outcome.report is not None
+    (member,) = outcome.report["verdicts"]
+    assert member["verdict"] == "failed" and "wrote no report (exit 4)" in member["message"], member
+    assert "capsule.stale" not in member["message"]
