@@ -414,7 +414,17 @@ def test_a_group_session_audits_each_member_in_a_session_of_its_own(
         byte = checkpoint.read(1)
         checkpoint.seek(-1, os.SEEK_CUR)
         checkpoint.write(bytes([byte[0] ^ 0xFF]))
-    outcome = run_audits(DEMO_GROUP, root, "-n", "2", "-k", "seed", report_stem=f"{DEMO_GROUP}@group")
+    outcome = run_audits(
+        DEMO_GROUP,
+        root,
+        "-n",
+        "2",
+        "-k",
+        "seed",
+        "--runaudit-pull",
+        "delivery",
+        report_stem=f"{DEMO_GROUP}@group",
+    )
     assert outcome.report is not None and outcome.result.ret == 1
     members = {item["subject"]: item for item in outcome.report["verdicts"]}
     assert set(members) == set(SEEDS) and {item["audit"] for item in members.values()} == {"sweep.member"}
@@ -422,6 +432,7 @@ def test_a_group_session_audits_each_member_in_a_session_of_its_own(
     for run_id, item in members.items():
         own = json.loads((reports / f"{run_id}.json").read_text())
         assert own["run_id"] == run_id and own["origin"] != "group"
+        assert "--runaudit-pull delivery" in " ".join(own["command"])  # the group's options, passed on
         assert item["evidence"]["teardown"] == own["teardown"]["answer"]
         broken = {entry["audit"] for entry in own["verdicts"] if entry["verdict"] in ("failed", "error")}
         assert (item["verdict"] == "failed") == (run_id == "seed-2"), item
