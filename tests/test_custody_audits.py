@@ -185,6 +185,34 @@ def test_second_audit_reuses_hashes_until_bytes_change(run_audits, capsule_dir: 
     assert by_subject["train.csv"] == "fresh" and by_subject["best.pth"] == "cache"
 
 
+def test_a_fresh_session_never_reads_a_poisoned_cache_entry_and_replaces_it(
+    run_audits, capsule_dir: Path, project: Path
+) -> None:
+    """A cache entry under best.pth's current stat key with a wrong digest: a --fresh-hashes session (as
+    verify runs) reads the bytes, passes, and records their true digest over the forged one."""
+    from runaudit.hashing import HashCache
+
+    run_audits(capsule_dir, project, "-k", "sha256")  # fills the stat-keyed cache
+    best = capsule_dir / "best.pth"
+    cache = HashCache(project)
+    cache.put(best, best.lstat(), "0" * 64)
+    cache.save()
+    forged = {
+        i["subject"]: i for i in run_audits(capsule_dir, project, "-k", "sha256").find("manifest.sha256")
+    }
+    assert forged["best.pth"]["verdict"] == "failed"  # a cached session reads it, and fails closed
+    fresh = {
+        i["subject"]: i
+        for i in run_audits(capsule_dir, project, "-k", "sha256", "--fresh-hashes").find("manifest.sha256")
+    }
+    assert fresh["best.pth"]["verdict"] == "passed" and fresh["best.pth"]["evidence"]["hashed"] == "fresh"
+    assert HashCache(project).get(best, best.lstat()) == hashlib.sha256(best.read_bytes()).hexdigest()
+    again = {
+        i["subject"]: i for i in run_audits(capsule_dir, project, "-k", "sha256").find("manifest.sha256")
+    }
+    assert again["best.pth"]["verdict"] == "passed" and again["best.pth"]["evidence"]["hashed"] == "cache"
+
+
 # -- checkpoint.* -----------------------------------------------------------------------------------
 
 

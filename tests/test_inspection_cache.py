@@ -14,9 +14,11 @@ import torch
 from test_import_cost import SESSION_PROBE, fresh_python
 
 from runaudit.checkpoints import InspectionCache, inspect
+from runaudit.cli import main
 from runaudit.examples.digits.build import DEMO_RUN_ID
 
 CACHE = Path("cache") / "runaudit" / "inspections.json"
+HASHES = Path("cache") / "runaudit" / "sha256.json"
 
 
 def _custody_session(project: Path, reports: Path, *extra: str) -> tuple[str, dict]:
@@ -63,6 +65,23 @@ def test_a_cached_reaudit_skips_torch_and_gives_the_same_verdicts(project: Path,
         for item in first["verdicts"]
         if item["audit"] == "checkpoint.tensors"
     }
+
+
+@pytest.mark.slow
+def test_after_verify_a_custody_session_hashes_nothing_and_skips_torch(project: Path, tmp_path: Path) -> None:
+    """verify reads every byte fresh and never the cache; what it read is recorded, so the re-audit after it
+    (inside the same trust boundary) takes every digest from the stat-keyed cache and needs no torch."""
+    (project / CACHE).unlink(missing_ok=True)
+    (project / HASHES).unlink(missing_ok=True)
+    assert main(["verify", "--root", str(project), "--pull-id", DEMO_RUN_ID]) == 0
+    probe, report = _custody_session(project, tmp_path / "after-verify")
+    assert probe == "PROBE 0 False True"
+    sources = {
+        item["evidence"].get("hashed")
+        for item in report["verdicts"]
+        if item["audit"] == "manifest.sha256" and item["verdict"] == "passed"
+    }
+    assert sources == {"cache"}, sources
 
 
 def test_changed_bytes_are_a_new_key(tmp_path: Path) -> None:
