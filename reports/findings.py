@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-GATE_ORDER = ("custody", "science", "smoke", "preflight")
+GATE_ORDER = ("custody", "science", "smoke", "preflight", "claims", "sweep")
 EVIDENCE_ROWS = 24  # evidence lines shown per finding; the JSON twin keeps everything
 LIST_ITEMS = 8
 TEXT_CHARS = 200

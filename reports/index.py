@@ -26,6 +26,7 @@ from runaudit.manifest import nesting_problem
 from runaudit.reports.document import REPORT_DEPTH
 from runaudit.reports.findings import GATE_ORDER
 from runaudit.reports.schema import report_problems
+from runaudit.resolve import GROUP
 from runaudit.roster import read_roster
 from runaudit.usage import Refusal, existing_dir
 from runaudit.verdict import Verdict, printable
@@ -118,7 +119,8 @@ def _columns(documents: Iterable[Mapping[str, Any]]) -> list[Column]:
             seen.setdefault(item["audit"], item["gate_class"])
     order = {gate: index for index, gate in enumerate(GATE_ORDER)}
     return sorted(
-        (Column(audit, gate) for audit, gate in seen.items()), key=lambda c: (order[c.gate_class], c.audit)
+        (Column(audit, gate) for audit, gate in seen.items()),
+        key=lambda c: (order.get(c.gate_class, len(order)), c.audit),
     )
 
 
@@ -160,7 +162,12 @@ def sweep(folder: Path, roster: Sequence[str] = (), root: Path | None = None) ->
     """The index page's model: columns grouped by gate module, one row per report file, and with a roster
     one row for each planned cell that has no report, saying where it stands (runaudit.ledger)."""
     reports = read_reports(folder)
-    documents = [(path, document) for path, document, _ in reports if document is not None]
+    # One row per run: a comparison group's own report (<group>@group.json) is no run of the sweep.
+    documents = [
+        (path, document)
+        for path, document, _ in reports
+        if document is not None and document.get("origin") != GROUP
+    ]
     columns = _columns(document for _, document in documents)
     rows = [_row(path, document, columns) for path, document in documents]
     broken = [

@@ -432,7 +432,7 @@ def test_a_group_session_audits_each_member_in_a_session_of_its_own(
     for run_id, item in members.items():
         own = json.loads((reports / f"{run_id}.json").read_text())
         assert own["run_id"] == run_id and own["origin"] != "group"
-        assert "--runaudit-pull delivery" in " ".join(own["command"])  # the group's options, passed on
+        assert "--runaudit-pull=delivery" in own["command"]  # the group's options, passed on
         assert item["evidence"]["teardown"] == own["teardown"]["answer"]
         broken = {entry["audit"] for entry in own["verdicts"] if entry["verdict"] in ("failed", "error")}
         assert (item["verdict"] == "failed") == (run_id == "seed-2"), item
@@ -442,6 +442,32 @@ def test_a_group_session_audits_each_member_in_a_session_of_its_own(
     assert (
         outcome.report["teardown"]["answer"] == "no" and "own report" in outcome.report["teardown"]["reason"]
     )
+    assert main(["report-index", "--root", str(root), "--report-dir", str(reports)]) == 0
+    index = (reports / "index.html").read_text(encoding="utf-8")
+    assert all(run_id in index for run_id in SEEDS) and f"{DEMO_GROUP}@group" not in index
+
+    # A verdict a box once reached for seed-1 (kept in its report, where=<host>) is not this session's.
+    own = json.loads((reports / "seed-1.json").read_text())
+    box = {
+        **own["verdicts"][0],
+        "where": "box-a",
+        "session": "earlier",
+        "verdict": "failed",
+        "message": "old",
+    }
+    own["verdicts"].append(box)
+    (reports / "seed-1.json").write_text(json.dumps(own))
+    again = run_audits(
+        DEMO_GROUP, root, "-k", "seed-1", "--runaudit-pull", "delivery", report_stem=f"{DEMO_GROUP}@group"
+    )
+    kept = [
+        item
+        for item in json.loads((reports / "seed-1.json").read_text())["verdicts"]
+        if item.get("where") == "box-a"
+    ]
+    assert kept, "the member's report no longer keeps the box's verdict: this case tests nothing"
+    (member,) = [item for item in again.report["verdicts"] if item["subject"] == "seed-1"]
+    assert member["verdict"] in ("passed", "disclosed"), member
 
 
 def test_a_member_session_that_writes_no_report_is_failed_never_read_from_an_older_report(
