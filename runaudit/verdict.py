@@ -20,7 +20,8 @@ from pathlib import PurePath
 from typing import Any
 
 # The gate class of an audit (its pytest marker): the teardown gate, the science probes, the pre-launch
-# smoke checks of the user's code, the checks of a live box, and the numbers of the user's documents. Not to be confused with the audit module
+# smoke checks of the user's code, the checks of a live box, the numbers of the user's documents, and each run
+# of a comparison group audited in a session of its own. Not to be confused with the audit module
 # an audit lives in (``audits/test_capsule.py`` holds capsule audits of the custody class).
 GATE_CLASSES = ("custody", "science", "smoke", "preflight", "claims", "sweep")
 
