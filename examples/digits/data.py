@@ -48,10 +48,10 @@ def load() -> Digits:
     ``load_digits`` reads it. tests/test_leakage.py checks that both give the same images and labels.
     """
     spec = importlib.util.find_spec("sklearn")  # locates the package without running its __init__
-    folders = list(spec.submodule_search_locations or ()) if spec is not None else []
-    shipped = [Path(folder) / "datasets" / "data" / "digits.csv.gz" for folder in folders]
-    if shipped and shipped[0].is_file():
-        table = np.loadtxt(shipped[0], delimiter=",")
+    folders = spec.submodule_search_locations if spec is not None else None
+    shipped = Path(next(iter(folders))) / "datasets" / "data" / "digits.csv.gz" if folders else None
+    if shipped is not None and shipped.is_file():
+        table = np.loadtxt(shipped, delimiter=",")
         images, labels = table[:, :-1].reshape(-1, 8, 8), table[:, -1]
     else:
         from sklearn.datasets import load_digits
