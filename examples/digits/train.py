@@ -182,7 +182,12 @@ def _seal_wandb(run: RunWriter, chart: Any) -> None:
     """Finish the W&B run and copy its ``run-<id>.wandb`` into ``trackers/wandb/<offline-run>/``."""
     import shutil
 
+    import wandb
+
     chart.finish()
+    # finish() can return while W&B's service still holds the log's last block: teardown ends the service,
+    # which closes the file, so the copy below holds every record (a copy taken earlier had no history).
+    wandb.teardown()
     folder = Path(chart.dir).parent  # <scratch>/wandb/offline-run-<stamp>-<id>/files -> the run folder
     target = run.folder / "trackers" / "wandb" / folder.name
     target.mkdir(parents=True, exist_ok=True)
