@@ -1,11 +1,12 @@
-"""The capsule contract's JSON Schemas are themselves valid (the audits skip the meta-schema check)."""
+"""The JSON Schemas that ship with the harness are themselves valid: the capsule contract's, the report's and
+the platform profiles' (runaudit.schema compiles them without the meta-schema check)."""
 
 from __future__ import annotations
 
 import pytest
 from jsonschema import Draft202012Validator
 
-from runaudit.schema import SCHEMAS, load_schema
+from runaudit.schema import SCHEMAS, load_schema, schema_problems, validator
 
 
 @pytest.mark.parametrize("name", SCHEMAS)
@@ -13,3 +14,30 @@ def test_schema_is_valid_draft_2020_12(name: str) -> None:
     schema = load_schema(name)
     Draft202012Validator.check_schema(schema)
     assert schema["$schema"] == "https://json-schema.org/draft/2020-12/schema"
+
+
+@pytest.mark.parametrize(
+    ("package", "resource"),
+    [("runaudit.reports", "schemas/report.schema.json"), ("runaudit.profiles", "profile.schema.json")],
+)
+def test_the_report_and_profile_schemas_are_valid_draft_2020_12(package: str, resource: str) -> None:
+    schema = validator(package, resource).schema
+    Draft202012Validator.check_schema(schema)
+    assert schema["$schema"] == "https://json-schema.org/draft/2020-12/schema"
+
+
+def test_a_document_changed_after_validation_is_judged_again() -> None:
+    """Validation is remembered per document text, so a document edited in place is never let through on
+    its earlier, clean result."""
+    manifest = {
+        "schema_version": 1,
+        "pull_id": "p1",
+        "roster": ["r1"],
+        "files": [],
+        "totals": {"files": 0, "bytes": 0},
+    }
+    first = schema_problems("pull", manifest)
+    manifest["files"] = [{"path": 7}]
+    assert schema_problems("pull", manifest) != first
+    manifest["files"] = []
+    assert schema_problems("pull", manifest) == first
