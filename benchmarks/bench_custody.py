@@ -68,10 +68,18 @@ for path in paths:
 """
 
 
+# Every child runs as an installed harness does: pip compiled its bytecode at install, and pytest caches
+# the audit modules it rewrites. PYTHONDONTWRITEBYTECODE (set on some build machines) would make each
+# session recompile both, a cost no user of a pip install pays; both sides run without it.
+CHILD_ENV = {name: value for name, value in os.environ.items() if name != "PYTHONDONTWRITEBYTECODE"}
+
+
 def measure(command: list[str], cwd: Path | None = None) -> tuple[float, float]:
     """Wall seconds and peak RSS (MiB) of one child process (and the children it waited for)."""
     started = time.perf_counter()
-    process = subprocess.Popen(command, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    process = subprocess.Popen(
+        command, cwd=cwd, env=CHILD_ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
     _, status, usage = os.wait4(process.pid, 0)
     wall = time.perf_counter() - started
     if os.waitstatus_to_exitcode(status) != 0:
@@ -223,7 +231,8 @@ def main() -> None:
     total = sum(p.stat().st_size for p in files)
     print(
         f"corpus: {args.capsules} capsules, {len(files)} files, {total / 2**20:.0f} MiB "
-        f"({2 * args.capsules} checkpoints of {args.size_mib} MiB); cpus={os.cpu_count()}"
+        f"({2 * args.capsules} checkpoints of {args.size_mib} MiB); cpus={os.cpu_count()}; "
+        f"python {sys.executable}"
     )
 
     baseline = [sys.executable, "-c", BASELINE, str(root), pull]
@@ -285,7 +294,7 @@ def main() -> None:
                 [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-c", os.devnull,
                  "--run", str(capsule), "--runaudit-root", str(root), "-m", "custody",
                  "--runaudit-report-format", "json"],
-                cwd=root, capture_output=True, check=True,
+                cwd=root, env=CHILD_ENV, capture_output=True, check=True,
             )  # fmt: skip
         reaudit.append(time.perf_counter() - started)
     print("\n[cached re-audit: pytest --run=<id> -m custody per capsule, after verify]  median s")

@@ -23,7 +23,7 @@ from typing import Any
 import runaudit
 from runaudit import manifest as manifests
 from runaudit.capsule import checkpoint_formats
-from runaudit.catalog import AUDITS_DIR
+from runaudit.catalog import AUDITS_DIR, catalog
 from runaudit.hashing import hash_before_fork
 from runaudit.ids import report_stem
 from runaudit.options import REPORT_DIR_OPTION, REPORT_FORMAT_OPTION, ROOT_OPTION, RUN_OPTION
@@ -79,11 +79,14 @@ def run_suite(
 
 
 def _warm(capsules: Sequence[Path]) -> Any:
-    """Import the plugin (and with it pytest) and the gate's heavy libraries here, once, before any fork.
+    """Import the plugin (and with it pytest) and the gate's heavy libraries here, once, before any fork,
+    and read the audit catalog (every session's custody gate counts its audits from it).
 
     torch only when a capsule holds a ``.pth``: a safetensors checkpoint is audited without it.
     """
     from runaudit.fixtures import plugin
+
+    catalog()
 
     torch = any("pth" in checkpoint_formats(capsule) for capsule in capsules)
     for name in WARM_IMPORTS if torch else [name for name in WARM_IMPORTS if name != "torch"]:
