@@ -22,9 +22,17 @@ SHOWN = 3  # failing audits named in the member's verdict; its own report lists 
 def test_member(member_session: MemberSession, audit: AuditRecorder) -> None:
     """The member's own session (its whole gate but smoke and preflight) wrote its report, in which no
     verdict of that session failed, errored or was escalated, and something was checked; what it did not
-    run and what it disclosed ride here too, under the member's run id."""
+    run and what it disclosed ride here too, under the member's run id. No other capsule folder declares
+    the member's run id (a copy would be neither audited nor counted)."""
     session = member_session
     audit.evidence(command=session.command, exit_code=session.exit_code, report=str(session.report_path))
+    if session.copies:
+        audit.evidence(copies=[str(path) for path in session.copies])
+        audit.fail(
+            f"{session.run_id}: {len(session.copies)} other folder(s) declare this run id "
+            f"({', '.join(map(str, session.copies))}); only the one audited here counts in the group: "
+            "give each copy a run id of its own in its run.json, or remove it"
+        )
     if session.report is None:
         said = " | ".join(session.output_tail) or "no output"
         audit.fail(f"{session.run_id}: {session.command} wrote no report (exit {session.exit_code}): {said}")

@@ -21,7 +21,7 @@ from science_support import train_demo_seeds
 from runaudit.cli import main
 from runaudit.documents import DOCUMENT_CAP
 from runaudit.examples.digits.build import DEMO_GROUP, DEMO_RUN_ID
-from runaudit.siblings import sealed_runs
+from runaudit.siblings import declarants
 
 SEEDS = ("seed-1", "seed-2", "seed-3")
 ARM = "short"
@@ -30,7 +30,7 @@ AuditRun = Any  # conftest.AuditRun (tests/box has a conftest of its own: "impor
 
 def _close(root: Path, run_id: str) -> None:
     assert main(["close", "--root", str(root), run_id]) == 0
-    sealed_runs.cache_clear()  # found once per process, as in a user's session; this one goes on sealing
+    declarants.cache_clear()  # found once per process, as in a user's session; this one goes on sealing
 
 
 def _table(root: Path, form: str, out: Path) -> str:
@@ -468,6 +468,27 @@ def test_a_group_session_audits_each_member_in_a_session_of_its_own(
     assert kept, "the member's report no longer keeps the box's verdict: this case tests nothing"
     (member,) = [item for item in again.report["verdicts"] if item["subject"] == "seed-1"]
     assert member["verdict"] in ("passed", "disclosed"), member
+
+
+def test_a_capsule_copied_without_a_run_id_of_its_own_fails_the_member_it_hides(
+    run_audits: Callable[..., AuditRun], delivered: dict[str, Any], tmp_path: Path
+) -> None:
+    """A seed's capsule copied to a second folder keeps its run id: only one of the two is audited and
+    counted, so the member's verdict fails and names the copy (before, the copy was dropped in silence)."""
+    root = tmp_path / "project"
+    shutil.copytree(
+        delivered["root"], root, symlinks=True, ignore=shutil.ignore_patterns("*.lock", "reports")
+    )
+    shutil.copytree(root / "export" / "seed-1", root / "export" / "seed-1-rerun")
+    outcome = run_audits(DEMO_GROUP, root, "-k", "seed", report_stem=f"{DEMO_GROUP}@group")
+    assert outcome.report is not None and outcome.result.ret == 1
+    members = {item["subject"]: item for item in outcome.report["verdicts"]}
+    assert set(members) == set(SEEDS)
+    for run_id, item in members.items():
+        assert (item["verdict"] == "failed") == (run_id == "seed-1"), item
+    hidden = members["seed-1"]
+    assert "seed-1-rerun" in hidden["message"] and "run id" in hidden["message"]
+    assert hidden["evidence"]["copies"] == [str(root / "export" / "seed-1-rerun")]
 
 
 def test_a_member_session_that_writes_no_report_is_failed_never_read_from_an_older_report(
