@@ -119,6 +119,15 @@ def _rebind_best(capsule: Path, payload: Any) -> None:
     _edit_json(capsule / "run.json", lambda run: run["checkpoints"]["best"].update(sha256=digest))
 
 
+def _config_key_twice(capsule: Path) -> None:
+    """config.yaml naming its top-level ``data`` key twice, with run.json bound to those bytes, so the
+    content itself is judged (not only the changed digest)."""
+    config = capsule / "config.yaml"
+    config.write_bytes(config.read_bytes() + b"data:\n  dataset: another\n")
+    digest = hashlib.sha256(config.read_bytes()).hexdigest()
+    _edit_json(capsule / "run.json", lambda run: run["config"].update(sha256=digest))
+
+
 def _best_state(capsule: Path) -> dict[str, Any]:
     import torch
 
@@ -423,6 +432,13 @@ CASES = [
     ),
     # 3. other hostile bytes (several are being fixed outside this file: see the module docstring)
     Case("config-yaml-alias-bomb", _on_capsule(_yaml_bomb), ("capsule.config_hash",)),
+    Case(
+        "config-yaml-duplicate-key",
+        _on_capsule(_config_key_twice),
+        ("capsule.config_hash",),
+        ("capsule.config_hash",),
+        shows="twice in one mapping",
+    ),
     Case(
         "results-5m-rows",
         _on_capsule(lambda capsule: _results_rows(capsule, 5_000_000)),

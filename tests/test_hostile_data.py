@@ -109,6 +109,19 @@ def test_yaml_anchors_within_the_budget_load_and_bombs_do_not() -> None:
         yaml_documents(b"a: [1, 2\n")
 
 
+def test_a_key_named_twice_in_one_mapping_is_refused_as_in_json() -> None:
+    """``safe_load`` keeps the last of two values in silence; the capsule's reader refuses the mapping, at
+    any depth, and says which key and where. Keys a merge brings in are overridden, not repeated."""
+    with pytest.raises(YamlRefused, match=r"names key 'lr' twice in one mapping \(line 3\)"):
+        yaml_documents(b"lr: 0.1\nepochs: 3\nlr: 0.5\n")
+    with pytest.raises(YamlRefused, match="names key 'k' twice"):
+        yaml_documents(b"optim:\n  - {k: 1, 'k': 2}\n")
+    assert yaml_documents(b"base: &b {lr: 0.1}\nrun:\n  <<: *b\n  lr: 0.5\n") == [
+        {"base": {"lr": 0.1}, "run": {"lr": 0.5}}
+    ]
+    assert yaml_documents(b"1: int\n'1': text\n") == [{1: "int", "1": "text"}]
+
+
 def test_an_alias_bomb_in_config_yaml_fails_config_hash_alone_in_seconds(
     pytester: pytest.Pytester, project: Path, capsule_dir: Path
 ) -> None:
