@@ -85,6 +85,13 @@ def test_safe_load(run: Run, custody: Custody, audit: AuditRecorder, checkpoint:
     digest = custody.hashed(f"{run.run_id}/{name}")
     bound = _declared(run, checkpoint).get("sha256")
     audit.evidence(sha256=digest.sha256, hashed=digest.source, bound=bound)
+    if not isinstance(bound, str):
+        why = (
+            "run.json is unreadable (reported by capsule.run_json_schema)"
+            if run.declared is None
+            else f"run.json declares no checkpoints.{checkpoint}.sha256"
+        )
+        audit.fail(f"run {run.run_id}: {name} cannot be matched to the checkpoint this run declares: {why}")
     audit.require(
         digest.sha256 == bound,
         f"run {run.run_id}: {name} has sha256 {digest.sha256[:16]}…, run.json binds {str(bound)[:16]}…: "

@@ -323,6 +323,20 @@ def test_checkpoint_that_is_not_the_bound_one_fails_safe_load(
     assert "not the checkpoint this run declares" in outcome.find("checkpoint.safe_load")[0]["message"]
 
 
+def test_a_checkpoint_whose_binding_cannot_be_read_fails_saying_why(
+    run_audits, capsule_dir: Path, project: Path
+) -> None:
+    """run.json holding an integer of 5,000 digits does not parse: the checkpoint has no binding to match,
+    and its verdict says that and who reports it (it said "run.json binds None")."""
+    run_json = capsule_dir / "run.json"
+    run_json.write_text(run_json.read_text().replace("{", '{"big": 1' + "0" * 5000 + ", ", 1))
+    outcome = run_audits(capsule_dir, project, "-k", "safe_load")
+    [item] = [i for i in outcome.find("checkpoint.safe_load") if i["subject"] == "best.pth"]
+    assert item["verdict"] == "failed", item
+    assert "run.json is unreadable (reported by capsule.run_json_schema)" in item["message"], item
+    assert "None" not in item["message"]
+
+
 def test_allow_pickle_is_explicit_and_recorded(
     run_audits, capsule_dir: Path, project: Path, tmp_path: Path
 ) -> None:
