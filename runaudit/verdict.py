@@ -94,6 +94,11 @@ _MARKS = {
 # Evidence deeper than this is cut (the cut is named in its place): it crosses xdist, is written with
 # ``json.dumps`` and drawn by the page, each of which recurses per level. Evidence nests a few levels.
 EVIDENCE_DEPTH = 32
+# A verdict's message, and each string of its evidence, is cut past this many characters (the cut says how
+# much): a value from the box (a 300 MiB cell of a results table, a file's first line) repeated in the
+# messages of every audit that reads it would otherwise be copied into the terminal, the xdist channel,
+# the JSON report and the page, tens of GiB for one file.
+SHOWN_CHARS = 2000
 
 
 def printable(text: str) -> str:
@@ -115,30 +120,37 @@ def printable(text: str) -> str:
         return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
+def shown(text: str, limit: int = SHOWN_CHARS) -> str:
+    """:func:`printable` ``text``, cut after ``limit`` characters with the count of what was cut."""
+    if len(text) > limit:
+        text = f"{text[:limit]}… ({len(text) - limit} more characters)"
+    return printable(text)
+
+
 def jsonable(value: Any, depth: int = EVIDENCE_DEPTH) -> Any:
     """Evidence as plain JSON values: it crosses xdist and lands in the report verbatim.
 
-    Strings (and keys) become :func:`printable`; containers deeper than ``depth`` become one line saying
-    so, so that no value a box supplied can make the report writer recurse without bound.
+    Strings (and keys) become :func:`shown`; containers deeper than ``depth`` become one line saying so,
+    so that no value a box supplied can make the report writer recurse or copy without bound.
     """
     if isinstance(value, (Mapping, list, tuple, set, frozenset)) and depth <= 0:
         return f"<a {type(value).__name__} nested too deeply to show>"
     if isinstance(value, Mapping):
-        return {printable(str(key)): jsonable(item, depth - 1) for key, item in value.items()}
+        return {shown(str(key)): jsonable(item, depth - 1) for key, item in value.items()}
     if isinstance(value, (list, tuple, set, frozenset)):
         items = [jsonable(item, depth - 1) for item in value]
         return sorted(items, key=str) if isinstance(value, (set, frozenset)) else items
     if isinstance(value, PurePath):
-        return printable(value.as_posix())
+        return shown(value.as_posix())
     if isinstance(value, float) and not math.isfinite(value):
         return str(value)
     if value is None:
         return None
     if isinstance(value, str):
-        return printable(str(value))  # str(): numpy.str_ is a subclass
+        return shown(str(value))  # str(): numpy.str_ is a subclass
     for plain in (bool, int, float):  # exact builtins: numpy.float64 is a subclass
         if isinstance(value, plain):
             return plain(value)
     if hasattr(value, "item"):  # numpy scalars
         return jsonable(value.item(), depth)
-    return printable(str(value))
+    return shown(str(value))

@@ -57,13 +57,15 @@ from runaudit.reports.index import read_reports
 from runaudit.reports.schema import report_problems
 from runaudit.resolve import Location, Root
 from runaudit.run import Run
-from runaudit.verdict import EVIDENCE_DEPTH, printable
+from runaudit.verdict import EVIDENCE_DEPTH, SHOWN_CHARS, printable
 
 MEMORY_CEILING = 4 << 30  # bytes of address space for the session: a runaway read dies, not the host
 DEFAULT_DEADLINE_S = 60
 DEEP = 100_000  # past any parser's stack: refused while parsing
 WALKABLE = 900  # parses from a shallow stack, but breaks any walker that recurses once or more per level
 HASH_CACHE = ("cache", "runaudit", "sha256.json")
+REPORT_CEILING = 8 << 20  # bytes of the JSON report (the demo's is ~0.5 MiB): no box value is copied whole
+LONG_ID = 64 << 20  # characters of one results-table id cell
 
 
 # -- building damage ------------------------------------------------------------------------------------
@@ -193,6 +195,23 @@ def _results_wrong_types(capsule: Path) -> None:
         name: pa.array([str(value) for value in table[name].to_pylist()]) for name in table.column_names
     }
     pq.write_table(pa.table(columns), path)
+
+
+def _results_long_id(capsule: Path) -> None:
+    """results.parquet whose first condition_id is a 64 MiB string (a 0.3 MiB file: it compresses).
+
+    Every audit that names the row repeated it: the session once wrote a report of gigabytes, and at 300
+    MiB was killed for memory with no report at all.
+    """
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path = capsule / "test" / "main" / "results.parquet"
+    table = pq.read_table(path)
+    conditions = table["condition_id"].to_pylist()
+    conditions[0] = "c" * LONG_ID
+    index = table.column_names.index("condition_id")
+    pq.write_table(table.set_column(index, "condition_id", pa.array(conditions)), path)
 
 
 def _symlinked_capsule(project: Path, capsule: Path, outside: Path) -> str:
@@ -446,6 +465,13 @@ CASES = [
         deadline_s=180,
     ),
     Case("results-wrong-column-types", _on_capsule(_results_wrong_types), ("capsule.results_table",)),
+    Case(
+        "results-64mib-id-cell",
+        _on_capsule(_results_long_id),
+        ("capsule.results_table",),
+        ("capsule.results_table",),
+        shows="an id has at most",
+    ),
     Case("checkpoint-20k-deep-list", _on_capsule(_deep_checkpoint), (BEST_SAFE_LOAD,)),
     Case(
         "run-json-duplicate-key",
@@ -642,6 +668,7 @@ def test_hostile_input_reaches_verdicts_and_a_report(
     report_path = project / "reports" / f"{report_stem(DEMO_RUN_ID)}.json"
     assert report_path.is_file(), f"no report (exit {code}):\n{output[-4000:]}"
     assert report_path.with_suffix(".html").is_file()
+    assert report_path.stat().st_size < REPORT_CEILING
     report = json.loads(report_path.read_bytes())
     assert report_problems(report) == []
     for owner in case.owners:
@@ -697,6 +724,21 @@ def test_run_json_nested_past_the_contract_depth_is_a_problem_not_a_crash(
     run = Run.load(Location(capsule_dir, Root(project, "--root"), "export"))
     assert run.declared is None
     assert f"nests more than {MAX_JSON_DEPTH} levels deep" in run.problem and "\n" not in run.problem
+
+
+def test_a_message_or_evidence_string_from_the_box_is_cut_and_says_how_much() -> None:
+    """A box's value of any length lands in a verdict as at most SHOWN_CHARS characters plus the count cut."""
+    huge = "c" * (1 << 20)
+    record = {"audit": "capsule.results_table", "message": "", "evidence": {}, "affects": [], "verdict": None}
+    with pytest.raises(pytest.fail.Exception):
+        AuditRecorder(record, None).fail(f"condition {huge} is undeclared", condition=huge, rows=[huge])
+    message = f"condition {huge} is undeclared"
+    assert record["message"] == message[:SHOWN_CHARS] + f"… ({len(message) - SHOWN_CHARS} more characters)"
+    assert (
+        record["evidence"]["condition"]
+        == huge[:SHOWN_CHARS] + f"… ({len(huge) - SHOWN_CHARS} more characters)"
+    )
+    assert record["evidence"]["rows"] == [record["evidence"]["condition"]]
 
 
 def test_names_that_are_not_utf8_are_shown_with_escapes(tmp_path: Path) -> None:
