@@ -66,6 +66,7 @@ WALKABLE = 900  # parses from a shallow stack, but breaks any walker that recurs
 HASH_CACHE = ("cache", "runaudit", "sha256.json")
 REPORT_CEILING = 8 << 20  # bytes of the JSON report (the demo's is ~0.5 MiB): no box value is copied whole
 LONG_ID = 64 << 20  # characters of one results-table id cell
+LONG_LABEL = 64 << 10  # characters of each class label
 
 
 # -- building damage ------------------------------------------------------------------------------------
@@ -212,6 +213,20 @@ def _results_long_id(capsule: Path) -> None:
     conditions[0] = "c" * LONG_ID
     index = table.column_names.index("condition_id")
     pq.write_table(table.set_column(index, "condition_id", pa.array(conditions)), path)
+
+
+def _results_long_labels(capsule: Path) -> None:
+    """results.parquet whose ``pred`` and ``target`` are string labels of 64 KiB each (the probes compared
+    them as fixed-width arrays of 256 KiB per item)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path = capsule / "test" / "main" / "results.parquet"
+    table = pq.read_table(path)
+    for name in ("pred", "target"):
+        labels = pa.array([f"{'class' * (LONG_LABEL // 5)}{value}" for value in table[name].to_pylist()])
+        table = table.set_column(table.column_names.index(name), name, labels)
+    pq.write_table(table, path)
 
 
 def _symlinked_capsule(project: Path, capsule: Path, outside: Path) -> str:
@@ -470,7 +485,14 @@ CASES = [
         _on_capsule(_results_long_id),
         ("capsule.results_table",),
         ("capsule.results_table",),
-        shows="an id has at most",
+        shows="an id has at most 256",
+    ),
+    Case(
+        "results-64kib-labels",
+        _on_capsule(_results_long_labels),
+        ("capsule.results_table", "collapse.prediction_histogram", "collapse.trivial_baseline"),
+        ("capsule.results_table",),
+        shows="a class label has at most 256",
     ),
     Case("checkpoint-20k-deep-list", _on_capsule(_deep_checkpoint), (BEST_SAFE_LOAD,)),
     Case(
