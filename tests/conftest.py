@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import shutil
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -23,6 +24,7 @@ import PIL.PngImagePlugin  # noqa: F401
 import pyarrow.compute  # noqa: F401
 import pyarrow.parquet  # noqa: F401
 import pytest
+import torch
 import torch._dynamo  # noqa: F401
 import yaml  # noqa: F401  # libyaml's C parser keeps the first yaml module's resolver: a re-import breaks tags
 
@@ -32,6 +34,26 @@ import runaudit.reports.page  # noqa: F401
 from runaudit.examples.digits.build import DEMO_RUN_ID, ensure_demo
 
 PIL.Image.init()
+
+
+def _share_the_cores() -> None:
+    """Give each pytest-xdist worker its share of the cores for torch's and BLAS's own thread pools.
+
+    xdist already keeps every core busy with a worker; a worker's intra-op threads on top of that only
+    spin against the other workers (a demo session costs ~25 % more CPU so). Sessions and training that
+    the tests start inherit the variables; a count the developer set is kept.
+    """
+    workers = os.environ.get("PYTEST_XDIST_WORKER_COUNT")
+    if workers is None or "OMP_NUM_THREADS" in os.environ:
+        return
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    threads = max(1, cores // int(workers))
+    for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ.setdefault(name, str(threads))
+    torch.set_num_threads(threads)
+
+
+_share_the_cores()
 
 
 @pytest.fixture(scope="session", autouse=True)
