@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from runaudit import isolated
 from runaudit.options import REPORT_DIR_OPTION, ROOT_OPTION, RUN_OPTION
 from runaudit.roster import read_roster
 from runaudit.usage import Refusal
@@ -57,14 +58,7 @@ class Sweep:
             self.python,
             "-m",
             "pytest",
-            "-c",
-            "/dev/null",
-            "--rootdir",
-            str(self.root),
-            "-p",
-            "runaudit.fixtures.plugin",
-            "-p",
-            "no:cacheprovider",
+            *isolated.pytest_arguments(self.root, null_device="/dev/null"),
             "-q",
             ROOT_OPTION,
             str(self.root),

@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from runaudit import isolated
 from runaudit.atomic import write_bytes_atomic, write_json_atomic
 from runaudit.ids import report_stem
 from runaudit.options import REPORT_DIR_OPTION, ROOT_OPTION, RUN_OPTION
@@ -51,14 +52,7 @@ def audit_on_box(
         try:
             module_args = [
                 "pytest",
-                "-c",
-                "/dev/null",
-                "--rootdir",
-                str(box.root),
-                "-p",
-                "runaudit.fixtures.plugin",
-                "-p",
-                "no:cacheprovider",
+                *isolated.pytest_arguments(box.root, null_device="/dev/null"),
                 "-q",
                 RUN_OPTION,
                 run_id,

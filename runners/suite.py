@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import runaudit
+from runaudit import isolated
 from runaudit import manifest as manifests
 from runaudit.capsule import checkpoint_formats
 from runaudit.catalog import AUDITS_DIR, catalog
@@ -41,9 +42,8 @@ def _pytest_args(
     # JSON only (the runner reads verdicts, not the page); no per-test capture and no end-of-session
     # garbage-collection sweeps for unraisable exceptions: together about a second per capsule.
     return [
-        "-c", os.devnull, "--rootdir", str(capsule), "-p", "no:cacheprovider", "-p", "no:unraisableexception",
-        "--capture=no", "-q", RUN_OPTION, str(capsule), ROOT_OPTION, str(root), REPORT_DIR_OPTION, reports,
-        REPORT_FORMAT_OPTION, "json", "--strict", *args, *paths,
+        "-p", "no:unraisableexception", "--capture=no", "-q", RUN_OPTION, str(capsule), ROOT_OPTION, str(root),
+        REPORT_DIR_OPTION, reports, REPORT_FORMAT_OPTION, "json", "--strict", *args, *paths,
     ]  # fmt: skip
 
 
@@ -63,17 +63,10 @@ def run_suite(
     The report is None when the session wrote none.
     """
     checkout = str(Path(runaudit.__file__).resolve().parent.parent)
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join(filter(None, [checkout, os.environ.get("PYTHONPATH")])),
-        # The gate alone: third-party plugins the user has installed neither slow it nor change it.
-        "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",
-    }
+    env = isolated.environment(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [checkout, os.environ.get("PYTHONPATH")]))
     with tempfile.TemporaryDirectory(prefix="runaudit-suite-") as reports:
-        command = [
-            *(sys.executable, "-m", "pytest", "-p", "runaudit.fixtures.plugin"),
-            *_pytest_args(capsule, root, reports, modules, args),
-        ]
+        command = isolated.command(capsule, _pytest_args(capsule, root, reports, modules, args))
         done = subprocess.run(command, capture_output=True, text=True, env=env, cwd=root)
         return _read_report(reports, capsule, done.stdout + done.stderr)
 
@@ -127,7 +120,9 @@ def _forked_session(plugin: Any, argv: list[str], root: Path, log: Path) -> int:
         os.dup2(output.fileno(), 2)
         sys.stdout = sys.stderr = output
         os.chdir(root)
-        os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"  # the gate alone, as in run_suite
+        starter = dict(os.environ)
+        os.environ.clear()
+        os.environ.update(isolated.environment(starter))
         code = int(pytest.main(argv, plugins=[plugin]))
     except BaseException:  # the parent reads the traceback from the log as the run's problem
         traceback.print_exc()
@@ -161,7 +156,10 @@ def run_suites(
             reports = Path(scratch) / str(index)
             reports.mkdir()
             log = reports / "output.log"
-            argv = _pytest_args(capsule, root, str(reports), modules, args)
+            argv = [
+                *isolated.pytest_arguments(capsule),
+                *_pytest_args(capsule, root, str(reports), modules, args),
+            ]
             running[_forked_session(plugin, argv, root, log)] = (capsule, str(reports), log)
         while running:
             _collect(running, results)

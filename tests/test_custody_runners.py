@@ -114,6 +114,19 @@ def test_verify_writes_a_bound_receipt_then_revokes_it_when_bytes_change(
     assert not status.ok and "no receipt" in status.problems[0]
 
 
+@pytest.mark.parametrize("platform", ["linux", "darwin"], ids=["forked-sessions", "fresh-processes"])
+def test_pytest_settings_meant_for_the_users_own_runs_never_reach_the_gate(
+    project: Path, monkeypatch: pytest.MonkeyPatch, platform: str
+) -> None:
+    """A ``PYTEST_ADDOPTS="-n 2"`` kept for the user's own test runs made verify refuse, and revoke."""
+    monkeypatch.setenv("PYTEST_ADDOPTS", "-n 2 -k no_audit_has_this_name")
+    monkeypatch.setenv("PYTEST_PLUGINS", "no_such_plugin_module")
+    monkeypatch.setattr(sys, "platform", platform)
+    assert main(["verify", "--root", str(project), "--pull-id", DEMO_RUN_ID]) == 0
+    assert receipt_status(project, [DEMO_RUN_ID]).ok
+    assert not list((project / "_trust" / "pulls" / DEMO_RUN_ID).glob("PULL_VERIFIED.revoked-*.json"))
+
+
 def test_receipt_status_fails_closed(project: Path) -> None:
     assert receipt_status(project, ["demo"]).ok  # the demo's own verified pull
     assert not receipt_status(project, []).ok

@@ -525,6 +525,34 @@ def test_run_demo_brings_the_demos_own_adapter(
     assert "smoke of runaudit.examples.digits.adapter" in message(report, "smoke.runs")
 
 
+def test_a_project_that_turns_warnings_into_errors_still_gets_the_gate_and_its_report(
+    pytester: pytest.Pytester, project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``filterwarnings = ["error"]``, common in a project's own pytest configuration, applies to the
+    audits too: loading the adapter warned, and the session ended in an internal error with no report."""
+    monkeypatch.setenv("RUNAUDIT_DEMO_ROOT", str(project))
+    pytester.makepyprojecttoml('[tool.pytest.ini_options]\nfilterwarnings = ["error"]\n')
+    reports = pytester.path / "reports"
+    # A process of its own, as users run it (in process, pytester's earlier imports hid the warning), with
+    # runaudit alone: another installed plugin's own warnings would be errors too.
+    monkeypatch.setenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "1")
+    result = pytester.runpytest_subprocess(
+        *(
+            "-p",
+            "runaudit.fixtures.plugin",
+            "-p",
+            "runaudit.examples.digits.plugin",
+            "-p",
+            "no:cacheprovider",
+        ),
+        *("--run", "demo", "--report-dir", str(reports)),
+    )
+    assert result.ret == 0, result.stdout.str() + result.stderr.str()
+    report = json.loads((reports / "demo.json").read_text())
+    assert report["custody_ok"] is True and report["summary"]["failed"] == 0
+    assert verdicts(report)["smoke.runs"] == "passed"
+
+
 # -- the shipped examples ---------------------------------------------------------------------------
 
 
