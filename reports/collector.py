@@ -117,7 +117,7 @@ class VerdictReport:
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         interrupted = exitstatus == pytest.ExitCode.INTERRUPTED
         self._join_predraw(needed=bool(self.records) and not interrupted)
-        if self.config.getoption("collectonly") or not self.records:
+        if self.config.getoption("collectonly"):
             return
         doc = document.build(
             self.run,
@@ -165,8 +165,6 @@ class VerdictReport:
 
     @pytest.hookimpl
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
-        if not self.records:
-            return
         records = sorted(self.records.values(), key=lambda item: (item["audit"], item["subject"]))
         findings = [r for r in records if r["verdict"] in (Verdict.DISCLOSED, Verdict.NOT_RUN)]
         if findings:

@@ -9,6 +9,8 @@ import copy
 import json
 from pathlib import Path
 
+import pytest
+
 from runaudit.examples.digits.build import DEMO_RUN_ID
 from runaudit.reports.schema import report_problems
 from runaudit.runners.remote_audit import write_merged
@@ -66,3 +68,20 @@ def test_a_subset_after_a_whole_gate_is_never_a_yes(run_audits, demo_project: Pa
     earlier = [item for item in report["verdicts"] if item["audit"].startswith("manifest.")]
     assert earlier and {item["session"] for item in earlier} == {whole["session"]} != {report["session"]}
     assert {item["when"] for item in earlier} == {whole["started_utc"]}  # kept, dated
+
+
+def test_a_session_that_audited_nothing_rewrites_the_report_never_leaving_a_yes(
+    run_audits, demo_project: Path
+) -> None:
+    """A ``-k`` that names no audit, or an ``-o python_files`` that collects none, wrote no report: the
+    earlier session's "yes" stayed in the file that CI publishes."""
+    whole = _report(run_audits(DEMO_RUN_ID, demo_project, "-m", "custody"))
+    assert whole["teardown"]["answer"] == "yes"
+    for nothing in (("-k", "no_audit_is_named_so"), ("-o", "python_files=no_module_*.py")):
+        empty = run_audits(DEMO_RUN_ID, demo_project, "-m", "custody", *nothing)
+        assert empty.result.ret == pytest.ExitCode.NO_TESTS_COLLECTED
+        report = _report(empty)
+        assert report["session"] != whole["session"]
+        assert report["teardown"]["answer"] == "no" and report["custody_ok"] is False
+        kept = {item["session"] for item in report["verdicts"]}
+        assert kept == {whole["session"]}  # every verdict shown is the earlier session's, dated
