@@ -10,8 +10,11 @@ Setup and call reports keep the record, which the terminal's status words (DISCL
 from __future__ import annotations
 
 import copy
+import signal
 import subprocess
+import threading
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 import pytest
@@ -56,6 +59,25 @@ def junit_properties(record: dict[str, Any]) -> list[tuple[str, str]]:
     return [(f"{PROPERTY}.{name}", value) for name, value in fields.items() if value is not None]
 
 
+def _interrupt_on_sigterm() -> Any:
+    """Make SIGTERM end the session as Ctrl-C does; the handler it replaces, or None where it did not.
+
+    A CI job's timeout, the end of a Slurm job and ``kill`` send SIGTERM, which ends Python with no
+    cleanup: the session died without a report, and an earlier session's "yes" stayed in the file. As a
+    KeyboardInterrupt, pytest finishes the session as interrupted and the report says so. Only on the main
+    thread, and only where nothing else handles SIGTERM (the default action is to die anyway).
+    """
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        return None
+
+    def interrupt(signum: int, frame: FrameType | None) -> None:
+        raise KeyboardInterrupt("SIGTERM")
+
+    return signal.signal(signal.SIGTERM, interrupt)
+
+
 report_key = pytest.StashKey["VerdictReport"]()
 
 
@@ -73,6 +95,7 @@ class VerdictReport:
         self.teardown: dict[str, str] | None = None
         self.predraw: subprocess.Popen[bytes] | None = None
         self.page_problem: str | None = None
+        self.on_sigterm: Any = None  # SIGTERM's handler before the session, while ours is installed
 
     @property
     def report_dir(self) -> Path:
@@ -99,6 +122,7 @@ class VerdictReport:
 
     @pytest.hookimpl
     def pytest_sessionstart(self, session: pytest.Session) -> None:
+        self.on_sigterm = _interrupt_on_sigterm()
         if self.writes_page and not self.config.getoption("collectonly") and not self.run.is_group:
             self.predraw = figures.predraw_curves(self.run.path)
 
@@ -115,6 +139,9 @@ class VerdictReport:
 
     @pytest.hookimpl
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        if self.on_sigterm is not None:  # how the session ended is decided: a second SIGTERM ends the process
+            signal.signal(signal.SIGTERM, self.on_sigterm)
+            self.on_sigterm = None
         interrupted = exitstatus == pytest.ExitCode.INTERRUPTED
         self._join_predraw(needed=bool(self.records) and not interrupted)
         if self.config.getoption("collectonly"):

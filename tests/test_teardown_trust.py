@@ -40,6 +40,16 @@ def pytest_runtest_call(item):
         os._exit(1)
 """
 
+# A plugin that sends SIGTERM to its own session at one chosen audit (a CI job's timeout, the end of a job).
+TERMINATOR = """
+import os
+import signal
+
+def pytest_runtest_setup(item):
+    if item.name.startswith({prefix!r}):
+        os.kill(os.getpid(), signal.SIGTERM)
+"""
+
 
 def _receipt(project: Path) -> Path:
     return project / "_trust" / "pulls" / DEMO_RUN_ID / RECEIPT
@@ -105,6 +115,24 @@ def test_ctrl_c_before_the_hashes_is_never_a_yes(
         report["teardown"]["answer"] == "no"
         and "did not complete (interrupted)" in report["teardown"]["reason"]
     )
+
+
+def test_a_session_ended_by_sigterm_writes_its_report_and_is_never_a_yes(
+    run_audits, pytester: pytest.Pytester, project: Path, capsule_dir: Path
+) -> None:
+    """SIGTERM ended the process with no report, and the earlier session's "yes" stayed in the file."""
+    whole = run_audits(capsule_dir, project, "-m", "custody").report
+    assert whole is not None and whole["teardown"]["answer"] == "yes"
+    plugin = _with_plugin(pytester, "terminate_at_sha256", TERMINATOR.format(prefix="test_sha256"))
+    result = pytester.runpytest_subprocess(
+        *plugin, "-p", "no:cacheprovider", "--run", str(capsule_dir), "--root", str(project),
+        "--report-dir", "reports", "-m", "custody", timeout=300,
+    )  # fmt: skip
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+    report = json.loads((pytester.path / "reports" / f"{DEMO_RUN_ID}.json").read_text())
+    assert report["session"] != whole["session"]
+    assert report["custody_gate"]["session"] == "interrupted"
+    assert report["teardown"]["answer"] == "no" and report["custody_ok"] is False
 
 
 def test_a_crashed_worker_is_never_a_yes(pytester: pytest.Pytester, project: Path, capsule_dir: Path) -> None:
