@@ -13,6 +13,7 @@ import sys
 from collections.abc import Callable, Sequence
 
 import runaudit
+from runaudit.shutdown import skip_final_collection
 from runaudit.usage import Refusal
 
 USAGE_ERROR = 2
@@ -51,6 +52,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    skip_final_collection()
     args = build_parser().parse_args(argv)
     handler: Callable[[argparse.Namespace], int] = args.handler
     try:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -177,6 +178,30 @@ def test_digests_taken_before_fork_are_reused_only_while_the_bytes_are_untouched
     read.clear()
     hashing.hash_before_fork([kept])  # a new verification reads its bytes again
     assert read == [kept]
+
+
+def test_digests_hashed_in_a_forked_process_are_kept_whole_or_not_at_all(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The runner hashes in a process of its own while it imports; the sessions take its digests as fresh."""
+    monkeypatch.setattr(hashing, "_hashed_before_fork", {})
+    files = [tmp_path / f"{name}.bin" for name in ("a", "b", "c")]
+    for index, path in enumerate(files):
+        path.write_bytes(bytes([index]) * (5 << 20))  # more than one chunk each
+    fifo = tmp_path / "swapped-in"
+    os.mkfifo(fifo)  # refused by the hashing process, which then fails as a whole
+    finish = hashing.hash_before_fork_meanwhile([*files, fifo])
+    with pytest.raises(RuntimeError, match="hashing process failed"):
+        finish()
+    assert hashing._hashed_before_fork == {}  # nothing kept: each session hashes its files itself
+    hashing.hash_before_fork_meanwhile(files)()
+    read: list[Path] = []
+    monkeypatch.setattr(hashing, "sha256_file", lambda path, progress=None: read.append(path) or "0" * 64)
+    digests = hashing.hash_files(files)
+    assert read == []  # every digest came from the hashing process
+    assert [digests[path] for path in files] == [
+        hashing.Digest(hashlib.sha256(path.read_bytes()).hexdigest(), 5 << 20, "fresh") for path in files
+    ]
 
 
 def test_forked_sessions_report_each_capsule_and_a_broken_session_in_one_line(
