@@ -202,6 +202,9 @@ def test_digests_hashed_in_a_forked_process_are_kept_whole_or_not_at_all(
     assert [digests[path] for path in files] == [
         hashing.Digest(hashlib.sha256(path.read_bytes()).hexdigest(), 5 << 20, "fresh") for path in files
     ]
+    files[0].write_bytes(b"\xff" * (5 << 20))  # same size, new bytes after the hashing process read them
+    hashing.hash_files(files)
+    assert read == [files[0]]  # only the rewritten file is read again
 
 
 def test_forked_sessions_report_each_capsule_and_a_broken_session_in_one_line(
