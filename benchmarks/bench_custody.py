@@ -5,10 +5,11 @@ chunks, then a full ``torch.load`` of every checkpoint. runaudit: `runaudit veri
 the full custody gate of every capsule (capsule, manifest and checkpoint audits, with finiteness, exact
 roster and selection lineage, hashing fresh) and the receipt.
 
-Also: multi-file hashing on threads vs one core vs `sha256sum -c`, and a second audit inside the same
-trust boundary (stat-keyed cache) vs the first.
+Also: multi-file hashing on threads vs one core vs `sha256sum -c`, a second audit inside the same trust
+boundary (stat-keyed cache) vs the first, and (from bench_checkpoint_formats.py, in the same run) the
+checkpoint gate on safetensors vs the torch path and the fixed cost of a custody session.
 
-    python benchmarks/bench_custody.py [--size-mib 300] [--capsules 2] [--repeats 3] [--dir DIR]
+    python benchmarks/bench_custody.py [--size-mib 300] [--capsules 2] [--repeats 3] [--dir DIR] [--formats-size-mib 300]
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from bench_checkpoint_formats import CHILD_ENV, compare_formats, fixed_cost
 
 BASELINE = r"""
 import hashlib, json, sys, torch
@@ -66,12 +69,6 @@ for path in paths:
         for tensor in torch.load(path, weights_only=True, mmap=True)["model"].values():
             torch.aminmax(tensor)
 """
-
-
-# Every child runs as an installed harness does: pip compiled its bytecode at install, and pytest caches
-# the audit modules it rewrites. PYTHONDONTWRITEBYTECODE (set on some build machines) would make each
-# session recompile both, a cost no user of a pip install pays; both sides run without it.
-CHILD_ENV = {name: value for name, value in os.environ.items() if name != "PYTHONDONTWRITEBYTECODE"}
 
 
 def measure(command: list[str], cwd: Path | None = None) -> tuple[float, float]:
@@ -203,6 +200,9 @@ def main() -> None:
     parser.add_argument("--capsules", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--dir", type=Path, help="keep the corpus here between runs (default: a temp dir)")
+    parser.add_argument(
+        "--formats-size-mib", type=int, default=300, help="checkpoint size for the .pth vs .safetensors gate"
+    )
     parser.add_argument("--build-only", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     base = args.dir or Path(tempfile.mkdtemp(prefix="runaudit-bench-custody-"))
@@ -314,6 +314,10 @@ def main() -> None:
         f"  first (fresh) {first:.3f} s, second (stat-keyed cache) {statistics.median(second):.4f} s, "
         f"ratio {statistics.median(second) / first:.4f}"
     )
+
+    # The two targets of issue 15 that a checkpoint format and a tiny capsule decide, in the same run.
+    compare_formats(args.formats_size_mib, args.repeats)
+    fixed_cost(args.repeats)
 
 
 if __name__ == "__main__":

@@ -180,6 +180,25 @@ def test_digests_taken_before_fork_are_reused_only_while_the_bytes_are_untouched
     assert read == [kept]
 
 
+def test_files_of_every_size_hash_to_their_sha256_alone_or_in_groups(tmp_path: Path) -> None:
+    """Small files share a thread's task, each file of a chunk or more has one; each is hashed once, right."""
+    chunk = hashing.CHUNK
+    sizes = [0, 1, 4095, chunk - 1, chunk, chunk + 1, 2 * chunk + 7, *[300] * (2 * hashing.GROUP_FILES + 5)]
+    files = []
+    for index, size in enumerate(sizes):
+        path = tmp_path / f"{index:03d}.bin"
+        path.write_bytes(bytes([index % 251]) * size)
+        files.append(path)
+    tasks = hashing._work(files, {path: path.stat() for path in files})
+    assert sorted(path for task in tasks for path in task) == files  # every file once
+    assert all(len(task) == 1 for task in tasks if task[0].stat().st_size >= chunk)
+    assert len(tasks) < len(files) // 2  # the small ones are grouped
+    digests = hashing.hash_files(files)
+    assert {path: digest.sha256 for path, digest in digests.items()} == {
+        path: hashlib.sha256(path.read_bytes()).hexdigest() for path in files
+    }
+
+
 def test_digests_hashed_in_a_forked_process_are_kept_whole_or_not_at_all(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
