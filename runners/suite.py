@@ -26,7 +26,7 @@ from runaudit import isolated
 from runaudit import manifest as manifests
 from runaudit.capsule import checkpoint_formats
 from runaudit.catalog import AUDITS_DIR, catalog
-from runaudit.hashing import hash_before_fork_meanwhile
+from runaudit.hashing import hash_before_fork
 from runaudit.ids import report_stem
 from runaudit.options import REPORT_DIR_OPTION, REPORT_FORMAT_OPTION, ROOT_OPTION, RUN_OPTION
 from runaudit.verdict import Verdict
@@ -96,7 +96,7 @@ def _warm_while_hashing(capsules: Sequence[Path]) -> Any:
         for capsule in capsules
         for rel in manifests.local_tree(capsule.parent, capsule.name).files
     ]
-    finish = hash_before_fork_meanwhile(files)
+    finish = hash_before_fork(files)
     try:
         return _warm(capsules)
     finally:
