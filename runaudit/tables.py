@@ -21,7 +21,6 @@ from typing import Any
 
 from runaudit.safeio import read_regular
 from runaudit.siblings import arm_of, declared_value, group_members, reader
-from runaudit.statistics import decimals_supported
 
 FORMATS = ("markdown", "latex", "csv")
 
@@ -87,6 +86,8 @@ def _declared_columns(rows: object) -> list[tuple[str, str, int]]:
 
 def group_table(root: Path, group: str, test_id: str) -> Table:
     """The table of ``group``'s sealed runs under ``root`` for ``test_id``; ValueError names what is missing."""
+    from runaudit.statistics import decimals_supported  # numpy and scipy: the console script reads FORMATS
+
     members = group_members(root.resolve(), group)
     if not members:
         raise ValueError(f"no sealed run under {root} declares comparison group {group!r} (runs/ or export/)")

@@ -25,7 +25,6 @@ from typing import TYPE_CHECKING, Any
 
 from runaudit.atomic import write_atomic
 from runaudit.ids import is_safe_id
-from runaudit.perceptual_hash import phash_file
 from runaudit.usage import Refusal
 
 if TYPE_CHECKING:
@@ -153,7 +152,11 @@ def _fingerprint(dataset: Path, entry: Entry) -> tuple[str, int | None]:
         for chunk in iter(lambda: handle.read(1 << 20), b""):
             digest.update(chunk)
     image = PurePosixPath(entry.path).suffix.lower() in IMAGE_SUFFIXES
-    return digest.hexdigest(), phash_file(path) if image else None
+    if not image:
+        return digest.hexdigest(), None
+    from runaudit.perceptual_hash import phash_file  # numpy and scipy: only a dataset with images pays
+
+    return digest.hexdigest(), phash_file(path)
 
 
 def _times(values: list[str | None], where: str) -> pyarrow.Array:

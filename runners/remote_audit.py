@@ -21,7 +21,7 @@ from runaudit import isolated
 from runaudit.atomic import write_bytes_atomic, write_json_atomic
 from runaudit.ids import report_stem
 from runaudit.options import REPORT_DIR_OPTION, ROOT_OPTION, RUN_OPTION
-from runaudit.reports import document, html
+from runaudit.reports import document
 from runaudit.runners.box import Box, add_box_arguments, add_workdir_argument, box_from_args, require_run_id
 from runaudit.runners.remote_close import NOT_INSTALLED, python_on_box
 from runaudit.runners.ssh import Remote, transport_failure
@@ -86,6 +86,8 @@ def write_merged(report_dir: Path, run_id: str, remote: Mapping[str, Any], where
     local = json.loads(target.read_text(encoding="utf-8")) if target.is_file() else None
     merged = merge(local, remote, where)
     write_json_atomic(target, merged)
+    from runaudit.reports import html  # the page's figures import numpy: only this verb's end pays for it
+
     write_bytes_atomic(target.with_suffix(".html"), html.render_run(merged).encode("utf-8"))
     return target
 

@@ -47,7 +47,7 @@ def test_capsule_gate_does_not_import_torch(demo_project: Path, tmp_path: Path) 
 
 def test_plugin_and_cli_import_nothing_heavy(tmp_path: Path) -> None:
     output = fresh_python(
-        "import sys, runaudit.fixtures.plugin, runaudit.cli; "
+        "import sys, runaudit.fixtures.plugin, runaudit.cli; runaudit.cli.build_parser(); "
         f"print(sorted(name for name in {HEAVY!r} if name in sys.modules))",
         cwd=tmp_path,
     )
