@@ -24,7 +24,7 @@ from runaudit.clock import utc_now
 from runaudit.fixtures.subjects import expected_custody
 from runaudit.fixtures.verdicts import PROPERTY, record_of, strict_mode
 from runaudit.ids import report_stem
-from runaudit.reports import document, figures, html
+from runaudit.reports import document
 from runaudit.run import Run
 from runaudit.verdict import Verdict, printable
 
@@ -124,6 +124,9 @@ class VerdictReport:
     def pytest_sessionstart(self, session: pytest.Session) -> None:
         self.on_sigterm = _interrupt_on_sigterm()
         if self.writes_page and not self.config.getoption("collectonly") and not self.run.is_group:
+            # the page's modules load numpy: a JSON-only session (a cached custody re-audit) skips them
+            from runaudit.reports import figures
+
             self.predraw = figures.predraw_curves(self.run.path)
 
     def _join_predraw(self, *, needed: bool) -> None:
@@ -183,6 +186,8 @@ class VerdictReport:
         (curves, thumbnails) and a box's bytes must not cost the report its page, nor the session an
         internal error: the failure is named on the page and in the terminal summary.
         """
+        from runaudit.reports import html
+
         try:
             return html.render_run(doc).encode("utf-8")
         except Exception as exc:  # any failure here must still leave a page behind

@@ -71,8 +71,13 @@ def _local_custody(doc: Mapping[str, Any]) -> list[Mapping[str, Any]]:
 
 
 def earlier_verdicts(path: Path, doc: Mapping[str, Any]) -> list[Mapping[str, Any]]:
-    """The verdicts of the report already at ``path`` when it is a readable report of the same run (same
-    id and capsule path), else none: a damaged or foreign file there is replaced, never merged."""
+    """The verdicts of the report already at ``path`` that ``doc`` does not replace, when that file is a
+    readable report of the same run (same id and capsule path), else none: a damaged or foreign file
+    there is replaced, never merged.
+
+    What is carried forward is validated: the earlier report with only the verdicts kept, so that a
+    cached re-audit of hundreds of files does not validate, verdict by verdict, what it has just replaced.
+    """
     from runaudit.manifest import load_json
     from runaudit.reports.schema import report_problems
     from runaudit.safeio import JSON_CAP, read_regular
@@ -81,11 +86,20 @@ def earlier_verdicts(path: Path, doc: Mapping[str, Any]) -> list[Mapping[str, An
         found = load_json(read_regular(path, JSON_CAP))
     except (OSError, ValueError):
         return []
-    if not isinstance(found, dict) or report_problems(found):
+    if not isinstance(found, dict) or not isinstance(found.get("verdicts"), list):
         return []
     if (found.get("run_id"), found.get("run_path")) != (doc["run_id"], doc["run_path"]):
         return []
-    return list(found["verdicts"])
+    replaced = {_place(item) for item in doc["verdicts"]}
+    kept = [item for item in found["verdicts"] if not isinstance(item, dict) or _place(item) not in replaced]
+    if report_problems({**found, "verdicts": kept}):
+        return []
+    return kept
+
+
+def _place(item: Mapping[str, Any]) -> tuple[Any, Any, Any]:
+    """What a verdict is the verdict of: its audit, subject and place (``where``)."""
+    return item.get("audit"), item.get("subject"), item.get("where", "local")
 
 
 def merge_verdicts(
@@ -94,15 +108,9 @@ def merge_verdicts(
     """A report's verdicts are cumulative: an arrived verdict replaces the earlier one of the same audit,
     subject and place (``where``); every other earlier verdict stays, with where and when it ran."""
     fresh = [dict(item) for item in arrived]
-    replaced = {(item["audit"], item["subject"], item.get("where", "local")) for item in fresh}
-    kept = [
-        dict(item)
-        for item in earlier
-        if (item["audit"], item["subject"], item.get("where", "local")) not in replaced
-    ]
-    return sorted(
-        [*kept, *fresh], key=lambda item: (item["audit"], item["subject"], item.get("where", "local"))
-    )
+    replaced = {_place(item) for item in fresh}
+    kept = [dict(item) for item in earlier if _place(item) not in replaced]
+    return sorted([*kept, *fresh], key=_place)
 
 
 def custody_gaps(doc: Mapping[str, Any]) -> list[str]:

@@ -85,3 +85,26 @@ def test_a_session_that_audited_nothing_rewrites_the_report_never_leaving_a_yes(
         assert report["teardown"]["answer"] == "no" and report["custody_ok"] is False
         kept = {item["session"] for item in report["verdicts"]}
         assert kept == {whole["session"]}  # every verdict shown is the earlier session's, dated
+
+
+def test_what_an_earlier_report_carries_forward_is_validated_and_a_damaged_one_is_never_merged(
+    run_audits, demo_project: Path, pytester
+) -> None:
+    """The earlier report is validated with only the verdicts the new one keeps: one damaged verdict that
+    would be kept discards the whole file; a damaged one that the new session replaces costs nothing."""
+    from runaudit.reports.document import earlier_verdicts
+
+    arrived = _report(run_audits(DEMO_RUN_ID, demo_project, "-m", "custody"))
+    path = pytester.path / "reports" / f"{DEMO_RUN_ID}.json"
+    retired = {**arrived["verdicts"][0], "subject": "a-file-this-session-no-longer-has.bin"}
+
+    def earlier_with(kept: dict, replaced: dict) -> list:
+        found = copy.deepcopy(arrived)
+        found["verdicts"] = [replaced, kept, *arrived["verdicts"][1:]]
+        path.write_text(json.dumps(found))
+        return earlier_verdicts(path, arrived)
+
+    assert earlier_with(retired, arrived["verdicts"][0]) == [retired]
+    assert earlier_with(retired, {**arrived["verdicts"][0], "verdict": "maybe"}) == [retired]
+    assert earlier_with({**retired, "verdict": "maybe"}, arrived["verdicts"][0]) == []
+    assert earlier_with(retired, ["not", "a", "verdict"]) == []  # kept as it is, and invalid
