@@ -34,6 +34,15 @@ def environment(starter: Mapping[str, str]) -> dict[str, str]:
     return kept
 
 
+def environment_words() -> list[str]:
+    """``env`` words that give a session started by a shell elsewhere (on a box over SSH, in a Slurm or
+    Kubernetes task) what :func:`environment` gives a local one: there the starter's variables come from
+    the box's login files or, through ``sbatch``'s default ``--export=ALL``, from the submitting shell.
+    ``env -u`` is in GNU coreutils and BusyBox."""
+    unset = [word for name in STARTER_VARIABLES for word in ("-u", name)]
+    return ["env", *unset, "PYTEST_DISABLE_PLUGIN_AUTOLOAD=1"]
+
+
 def pytest_arguments(rootdir: PurePath | str, null_device: str = os.devnull) -> list[str]:
     """pytest's own arguments for such a session rooted at ``rootdir``: runaudit's plugin by name (the one
     plugin, where autoload is off), no configuration file from wherever it starts (``-c`` the null device;

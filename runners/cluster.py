@@ -55,6 +55,7 @@ class Sweep:
         if self.purpose == "launch":
             return " ".join(_templated(part.replace("{root}", str(self.root))) for part in self.command)
         args = [
+            *isolated.environment_words(),
             self.python,
             "-m",
             "pytest",

@@ -62,7 +62,8 @@ def audit_on_box(
                 reports,
                 *pytest_args,
             ]
-            done = remote.run(python_on_box(box, workdir, module_args), timeout=3600)
+            command = python_on_box(box, workdir, module_args, launcher=isolated.environment_words())
+            done = remote.run(command, timeout=3600)
             if done.exit_code in NOT_INSTALLED:
                 raise Refusal(
                     f"audit: pytest did not start on the box ({done.tail()}); pass --workdir or --python"

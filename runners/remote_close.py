@@ -23,11 +23,15 @@ from runaudit.usage import Refusal
 NOT_INSTALLED = (126, 127)
 
 
-def python_on_box(box: Box, workdir: str | None, module_args: Sequence[str]) -> str:
-    """``cd <workdir> && <python> -m ...``: the pushed code (in ``workdir``) shadows any installed copy."""
+def python_on_box(
+    box: Box, workdir: str | None, module_args: Sequence[str], launcher: Sequence[str] = ()
+) -> str:
+    """``cd <workdir> && [launcher] <python> -m ...``: the pushed code (in ``workdir``) shadows any
+    installed copy; ``launcher`` is a command that starts the interpreter (``env -u ...``)."""
     folder = workdir or str(box.root)
     path = f"PYTHONPATH={shlex.quote(workdir)}${{PYTHONPATH:+:$PYTHONPATH}} " if workdir else ""
-    return f"cd {shlex.quote(folder)} && {path}exec {shlex.quote(box.python)} -m {shlex.join(module_args)}"
+    interpreter = shlex.join([*launcher, box.python])
+    return f"cd {shlex.quote(folder)} && {path}exec {interpreter} -m {shlex.join(module_args)}"
 
 
 def run_on_box(box: Box, workdir: str | None, module_args: Sequence[str], *, timeout: float = 1800) -> Result:

@@ -17,7 +17,7 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -74,9 +74,14 @@ class Slurm:
         """The environment every Slurm command of this cluster runs with."""
         return {**os.environ, "SLURM_CONF": str(self.home / "slurm.conf")}
 
-    def run(self, *argv: str, check: bool = True) -> str:
+    def run(self, *argv: str, check: bool = True, environment: Mapping[str, str] | None = None) -> str:
         done = subprocess.run(
-            list(argv), env=self.env, capture_output=True, text=True, timeout=60, check=False
+            list(argv),
+            env={**self.env, **(environment or {})},
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
         )
         if check and done.returncode != 0:
             raise AssertionError(
@@ -84,9 +89,9 @@ class Slurm:
             )
         return done.stdout
 
-    def submit(self, script: Path) -> str:
-        """sbatch ``script``; the job id."""
-        return self.run("sbatch", "--parsable", str(script)).strip().split(";")[0]
+    def submit(self, script: Path, environment: Mapping[str, str] | None = None) -> str:
+        """sbatch ``script`` from a shell with ``environment`` too (sbatch exports it to the tasks); the job id."""
+        return self.run("sbatch", "--parsable", str(script), environment=environment).strip().split(";")[0]
 
     def queued(self, job: str) -> list[str]:
         """``<task id> <state>`` of each task of ``job`` still in the queue."""

@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import json
+import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path, PurePosixPath
 
 import pytest
 import yaml
+from starter_env import HOSTILE_PYTEST_ENV
 
 from runaudit.cli import main
+from runaudit.examples.digits.build import DEMO_RUN_ID
 from runaudit.runners.cluster import (
     ClusterSpecError,
     Sweep,
@@ -204,3 +209,26 @@ def test_the_cluster_verb_writes_a_checked_job(tmp_path: Path, capsys: pytest.Ca
     container = yaml.safe_load(capsys.readouterr().out)["spec"]["template"]["spec"]["containers"][0]
     assert container["resources"]["limits"]["nvidia.com/gpu"] == 1
     assert 'exec python train.py --id "$RUN_ID" </dev/null' in container["command"][2]
+
+
+def test_an_audit_task_ignores_the_pytest_settings_of_the_shell_that_submitted_it(
+    project: Path, tmp_path: Path
+) -> None:
+    """sbatch exports the submitting shell's environment to every task by default: a ``PYTEST_ADDOPTS``
+    kept there for the user's own tests made each audit task deselect every audit (or fail to start).
+    The rendered task body runs here as a task would, with srun replaced by the command itself."""
+    plan = sweep("audit", roster=(DEMO_RUN_ID,), root=PurePosixPath(project), python=sys.executable)
+    body = render_sbatch(plan).replace('srun --cpus-per-task="$SLURM_CPUS_PER_TASK" ', "")
+    path = tmp_path / "audit.sh"
+    path.write_text(body)
+    done = subprocess.run(
+        ["bash", str(path)],
+        capture_output=True,
+        text=True,
+        cwd=project,
+        env={**os.environ, **HOSTILE_PYTEST_ENV, "SLURM_ARRAY_TASK_ID": "0"},
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    report = json.loads((project / "reports" / f"{DEMO_RUN_ID}.json").read_text())
+    assert report["teardown"]["answer"] == "yes", report["teardown"]

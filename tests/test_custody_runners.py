@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from starter_env import HOSTILE_PYTEST_ENV
 
 from runaudit import hashing
 from runaudit.cli import main
@@ -120,8 +121,8 @@ def test_pytest_settings_meant_for_the_users_own_runs_never_reach_the_gate(
     project: Path, monkeypatch: pytest.MonkeyPatch, platform: str
 ) -> None:
     """A ``PYTEST_ADDOPTS="-n 2"`` kept for the user's own test runs made verify refuse, and revoke."""
-    monkeypatch.setenv("PYTEST_ADDOPTS", "-n 2 -k no_audit_has_this_name")
-    monkeypatch.setenv("PYTEST_PLUGINS", "no_such_plugin_module")
+    for name, value in HOSTILE_PYTEST_ENV.items():
+        monkeypatch.setenv(name, value)
     monkeypatch.setattr(sys, "platform", platform)
     assert main(["verify", "--root", str(project), "--pull-id", DEMO_RUN_ID]) == 0
     assert receipt_status(project, [DEMO_RUN_ID]).ok

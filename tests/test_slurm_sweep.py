@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 from slurm import Slurm, running_slurm
+from starter_env import HOSTILE_PYTEST_ENV
 
 from runaudit.cli import main
 from runaudit.examples.digits.__main__ import train_command
@@ -99,7 +100,11 @@ def test_a_sweep_trains_survives_a_preemption_seals_and_audits_on_slurm(slurm: S
     for run_id in ROSTER:
         assert main(["close", run_id, "--root", str(root)]) == 0, run_id
 
-    audit = slurm.submit(sweep("audit", roster, root, tmp_path / "audit.sbatch"))
+    # Submitted from a shell that keeps pytest settings for the user's own tests: sbatch exports them to
+    # every task, and none may reach the gate (a -k there deselected every audit).
+    audit = slurm.submit(
+        sweep("audit", roster, root, tmp_path / "audit.sbatch"), environment=HOSTILE_PYTEST_ENV
+    )
     wait_for(lambda: not slurm.queued(audit), "end of the audit array", slurm, root)
     for run_id in ROSTER:
         report = json.loads((root / "reports" / f"{run_id}.json").read_text(encoding="utf-8"))

@@ -15,6 +15,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
@@ -126,8 +127,9 @@ class SshBox:
         return self.log.read_text(errors="replace").count("Accepted publickey")
 
 
-def start_sshbox(home: Path) -> SshBox:
-    """A new sshd with fresh keys in ``home``, started and answering."""
+def start_sshbox(home: Path, environment: Mapping[str, str] | None = None) -> SshBox:
+    """A new sshd with fresh keys in ``home``, started and answering; every session it starts has
+    ``environment`` set (``SetEnv``), as a box's login files would set it."""
     missing = [tool for tool in TOOLS if shutil.which(tool) is None]
     if not Path(SSHD).is_file():
         missing.insert(0, SSHD)
@@ -166,6 +168,8 @@ def start_sshbox(home: Path) -> SshBox:
         "Subsystem": "sftp internal-sftp",
         "LogLevel": "INFO",
     }
+    if environment:
+        settings["SetEnv"] = " ".join(f'{name}="{value}"' for name, value in environment.items())
     box.config.write_text("".join(f"{key} {value}\n" for key, value in settings.items()))
     key_type, key_body = box.host_key.with_suffix(".pub").read_text().split()[:2]
     box.known_hosts.write_text(f"[127.0.0.1]:{box.port} {key_type} {key_body}\n")
