@@ -118,8 +118,8 @@ def test_ids(run: Run, capsule: CapsuleReader, audit: AuditRecorder) -> None:
     declared: dict[str, list[str]] = {}
     problems: list[str] = []
     if run.declared is not None:
-        if run.run_id != run.path.name:
-            problems.append(f"folder {run.path.name!r} differs from run_id {run.run_id!r}")
+        if run.claimed_id != run.path.name:
+            problems.append(f"folder {run.path.name!r} differs from run_id {run.claimed_id!r}")
         declared["declared tests"] = [test.test_id for test in run.tests]
         for test in run.tests:
             declared[f"conditions declared by {test.test_id}"] = list(test.conditions)

@@ -25,7 +25,8 @@ def fsync_dir(folder: Path) -> None:
 def write_atomic(path: Path, write: Callable[[BinaryIO], Any]) -> Path:
     """Call ``write(handle)`` on a temp sibling of ``path``, then move it into place."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    # The temp name keeps a bounded head of the name: "." + a 255-byte name + the random part would not fit.
+    fd, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name[:200]}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as handle:
             write(handle)

@@ -343,6 +343,12 @@ def _replace_text(rel: str, old: str, new: str) -> Damage:
     return apply
 
 
+def _test_folder_as_file(capsule: Path) -> None:
+    """``test/<id>`` of a declared test is a file: every audit that lists the capsule crashed on it."""
+    shutil.rmtree(capsule / "test" / "main")
+    (capsule / "test" / "main").write_bytes(b"not a folder")
+
+
 def _fifo_run_json(capsule: Path) -> None:
     (capsule / "run.json").unlink()
     os.mkfifo(capsule / "run.json")
@@ -464,6 +470,23 @@ CASES = [
         RUN_JSON,
         shows="\\ud800",
     ),
+    # run.json's run_id named the session's run: the report went to reports/<that>.json (an earlier
+    # reports/demo.json "yes" stayed), the manifest was looked up under it, and one too long for a file
+    # name ended the session without a report.
+    Case(
+        "run-json-renames-the-run",
+        _replace_text("run.json", '"run_id": "demo"', '"run_id": "victim"'),
+        ("capsule.ids",),
+        ("capsule.ids",),
+        shows="differs from run_id",
+    ),
+    Case(
+        "run-json-run-id-too-long-for-a-file-name",
+        _replace_text("run.json", '"run_id": "demo"', '"run_id": "' + "r" * 240 + '"'),
+        ("capsule.ids",),
+        ("capsule.ids",),
+    ),
+    Case("test-folder-replaced-by-a-file", _on_capsule(_test_folder_as_file), ("capsule.closed_world",)),
     # 3. other hostile bytes (several are being fixed outside this file: see the module docstring)
     Case("config-yaml-alias-bomb", _on_capsule(_yaml_bomb), ("capsule.config_hash",)),
     Case(
@@ -693,6 +716,8 @@ def test_hostile_input_reaches_verdicts_and_a_report(
     assert report_path.stat().st_size < REPORT_CEILING
     report = json.loads(report_path.read_bytes())
     assert report_problems(report) == []
+    crashed = [(item["audit"], item["message"]) for item in report["verdicts"] if item["verdict"] == "error"]
+    assert not crashed, f"{case.id}: audits crashed on the damage instead of judging it: {crashed[:5]}"
     for owner in case.owners:
         verdicts = _verdicts_of(report, owner)
         assert verdicts, f"{case.id}: {owner} reached no verdict"

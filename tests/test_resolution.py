@@ -148,7 +148,8 @@ def test_hardware_run_id_resolves_under_export_hardware(run_audits, project: Pat
 
 def test_live_run_makes_sealed_capsule_audits_not_run(run_audits, project: Path) -> None:
     shutil.copytree(project / "active" / DEMO_RUN_ID, project / "active" / "live-run")
-    outcome = run_audits("live-run", project, "-m", "custody", "-k", "capsule", report_stem=DEMO_RUN_ID)
+    # The report is named for the folder the user named; run.json's own "demo" never renames it.
+    outcome = run_audits("live-run", project, "-m", "custody", "-k", "capsule")
     assert outcome.result.ret == 0, outcome.result.stdout.str()
     assert outcome.report["origin"] == "active"
     verdicts = outcome.report["verdicts"]
