@@ -198,6 +198,28 @@ def _results_wrong_types(capsule: Path) -> None:
     pq.write_table(pa.table(columns), path)
 
 
+def _results_column(name: str, kind: str) -> Damage:
+    """results.parquet with its optional column ``name`` rewritten as another kind of value, row by row."""
+
+    def damage(capsule: Path) -> None:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        path = capsule / "test" / "main" / "results.parquet"
+        table = pq.read_table(path)
+        values = table[name].to_pylist()
+        rewritten = {
+            "map": lambda: pa.array([[("k", value)] for value in values], pa.map_(pa.string(), pa.int64())),
+            "struct": lambda: pa.array([{"a": value, "b": 0} for value in values]),
+            "nulls": lambda: pa.nulls(len(values)),
+            "nested-lists": lambda: pa.array([[value] for value in values]),
+            "bool": lambda: pa.array([True] * len(values)),
+        }[kind]()
+        pq.write_table(table.set_column(table.schema.get_field_index(name), name, rewritten), path)
+
+    return _on_capsule(damage)
+
+
 def _results_long_id(capsule: Path) -> None:
     """results.parquet whose first condition_id is a 64 MiB string (a 0.3 MiB file: it compresses).
 
@@ -393,6 +415,7 @@ def _older_manifest(project: Path) -> None:
 
 RUN_JSON = ("capsule.run_json_schema",)
 METRICS = ("capsule.metrics_schema",)
+RESULTS_TABLE = ("capsule.results_table",)
 PRESENT = ("manifest.present",)
 RECEIPT_AUDIT = ("manifest.receipt",)
 BEST_SAFE_LOAD = "checkpoint.safe_load[best.pth]"
@@ -503,6 +526,17 @@ CASES = [
         deadline_s=180,
     ),
     Case("results-wrong-column-types", _on_capsule(_results_wrong_types), ("capsule.results_table",)),
+    # Optional columns of another kind: the collapse probes crashed on them or counted nonsense as classes.
+    *(
+        Case(f"results-{name}-as-{kind}", _results_column(name, kind), RESULTS_TABLE, RESULTS_TABLE)
+        for name, kind in (
+            ("target", "map"),
+            ("target", "struct"),
+            ("target", "nulls"),
+            ("output", "nested-lists"),
+            ("output", "bool"),
+        )
+    ),
     Case(
         "results-64mib-id-cell",
         _on_capsule(_results_long_id),
