@@ -173,7 +173,7 @@ def test_hostile_strings_stay_text_end_to_end(
     metrics = json.loads(metrics_path.read_text())
     metrics["metrics"][0]["metric"] = HOSTILE
     metrics_path.write_text(json.dumps(metrics))
-    stem = report_stem(HOSTILE)
+    stem = report_stem(capsule_dir.name)  # a capsule's run.json never names its report
     outcome = run_audits(capsule_dir, project, "-m", "custody", report_stem=stem)
     assert outcome.report is not None, outcome.result.stdout.str()
     assert {"capsule.ids", "capsule.metrics_schema"} <= outcome.verdicts("failed")
@@ -182,8 +182,9 @@ def test_hostile_strings_stay_text_end_to_end(
     clean_load(browser, folder / f"{stem}.html")
     assert browser.evaluate("typeof window.__pwned") == "undefined"
     assert count(browser, "script") == 0 and count(browser, "img[src=x]") == 0
-    assert browser.evaluate("document.title") == f"runaudit · {HOSTILE}"
+    assert browser.evaluate("document.title") == f"runaudit · {capsule_dir.name}"
     assert HOSTILE in text(browser, ".claims")
+    assert HOSTILE in text(browser, "body")  # capsule.ids names the id run.json declares, as text
     shoot(browser, screenshots, "hostile")
 
 

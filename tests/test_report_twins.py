@@ -132,9 +132,8 @@ def test_status_words_survive_and_junit_names_not_run_audits(
     """A live run: every capsule audit is NOT RUN on the terminal, in the JSON and in the JUnit XML."""
     shutil.copytree(project / "export" / DEMO_RUN_ID, project / "active" / "live")
     junit = pytester.path / "junit.xml"
-    outcome = run_audits(
-        "live", project, "-m", "custody", "-k", "capsule", f"--junitxml={junit}", report_stem=DEMO_RUN_ID
-    )  # run.json still names the run demo
+    # run.json still names the run demo; the report is named for the folder
+    outcome = run_audits("live", project, "-m", "custody", "-k", "capsule", f"--junitxml={junit}")
     assert outcome.report is not None and outcome.result.ret == 0
     verdicts = {item["verdict"] for item in outcome.report["verdicts"]}
     assert verdicts == {"not_run"}

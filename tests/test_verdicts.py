@@ -186,10 +186,8 @@ def test_custody_holds_only_when_custody_audits_ran_and_held(
 
 def test_strict_fails_real_not_run_audits(run_audits, project: Path) -> None:
     shutil.copytree(project / "active" / DEMO_RUN_ID, project / "active" / "live-run")
-    lenient = run_audits("live-run", project, "-m", "custody", "-k", "capsule", report_stem=DEMO_RUN_ID)
-    strict = run_audits(
-        "live-run", project, "-m", "custody", "-k", "capsule", "--strict", report_stem=DEMO_RUN_ID
-    )
+    lenient = run_audits("live-run", project, "-m", "custody", "-k", "capsule")
+    strict = run_audits("live-run", project, "-m", "custody", "-k", "capsule", "--strict")
     assert lenient.result.ret == 0 and strict.result.ret == 1
     # --strict changes the outcome, not the verdict: the report still says what happened.
     assert strict.verdicts("not_run") == lenient.verdicts("not_run") != set()
