@@ -254,3 +254,16 @@ def test_fresh_processes_where_fork_is_unsafe_give_the_same_verdicts(
         return sorted((item["audit"], item["subject"], item["verdict"]) for item in report["verdicts"])
 
     assert verdicts(forked) == verdicts(spawned) and len(verdicts(forked)) > 10
+
+
+def test_a_cache_entry_whose_digest_is_no_sha256_is_never_taken(tmp_path: Path) -> None:
+    """An entry with the file's stat key and 64 characters that are not a hex digest is dropped: the
+    file is hashed fresh, as every other entry the cache's writer could not have made."""
+    data = tmp_path / "data.bin"
+    data.write_bytes(b"bytes to hash")
+    cache_file = tmp_path / "cache" / "runaudit" / "sha256.json"
+    cache_file.parent.mkdir(parents=True)
+    entry = [*hashing.stat_key(os.lstat(data)), "z" * 64]
+    cache_file.write_text(json.dumps({"version": hashing.CACHE_VERSION, "entries": {str(data): entry}}))
+    digest = hashing.hash_files([data], cache=hashing.HashCache(tmp_path))[data]
+    assert (digest.source, digest.sha256) == ("fresh", hashlib.sha256(b"bytes to hash").hexdigest())
