@@ -64,7 +64,7 @@ def read_history(run_path: Path) -> History | str:
     if not rows:
         return "train.csv has no epoch column or no rows"
     try:
-        parsed = parse_history(rows[0], rows[1:], lenient=True)
+        parsed = parse_history(rows[0], rows[1:])
     except Unavailable:
         return "train.csv has no epoch column or no rows"
     columns = _plotted(rows[0])

@@ -10,7 +10,6 @@ subject and place.
 from __future__ import annotations
 
 import argparse
-import json
 import shlex
 import sys
 from collections.abc import Mapping, Sequence
@@ -20,12 +19,16 @@ from typing import Any
 from runaudit import isolated
 from runaudit.atomic import write_bytes_atomic, write_json_atomic
 from runaudit.ids import report_stem
+from runaudit.manifest import load_json
 from runaudit.options import REPORT_DIR_OPTION, ROOT_OPTION, RUN_OPTION
 from runaudit.reports import document
+from runaudit.reports.schema import report_problems
 from runaudit.runners.box import Box, add_box_arguments, add_workdir_argument, box_from_args, require_run_id
 from runaudit.runners.remote_close import NOT_INSTALLED, python_on_box
-from runaudit.runners.ssh import Remote, transport_failure
+from runaudit.runners.ssh import Remote
+from runaudit.safeio import JSON_CAP, read_regular
 from runaudit.usage import Refusal, existing_dir
+from runaudit.verdict import shown
 
 PYTEST_EXITS = {0: "every audit held", 1: "some audits did not hold"}
 
@@ -68,29 +71,60 @@ def audit_on_box(
                 raise Refusal(
                     f"audit: pytest did not start on the box ({done.tail()}); pass --workdir or --python"
                 )
+            path = f"{reports}/{report_stem(run_id)}.json"
             try:
-                document = json.loads(remote.read_file(f"{reports}/{report_stem(run_id)}.json"))
+                data = remote.read_file(path)
             except FileNotFoundError:
                 raise Refusal(
                     f"audit {run_id}: the suite on {box.endpoint.label} wrote no report "
                     f"(pytest exit {done.exit_code}: {done.tail()})"
                 ) from None
-            except ValueError as exc:
-                raise transport_failure(box.endpoint, exc, "reading the report from") from None
         finally:
             remote.run(f"rm -rf -- {shlex.quote(reports)}")
-    return done.exit_code, document, done.tail(3)
+    return done.exit_code, box_report(data, run_id, f"{box.endpoint.label}:{path}"), done.tail(3)
+
+
+def box_report(data: bytes, run_id: str, where: str) -> dict[str, Any]:
+    """The box's report, as a valid ``runaudit.report/1`` document of ``run_id``; else one-line refusal.
+
+    The box is not trusted: its report is merged into the local one that CI publishes, so bytes that are
+    not such a report (not JSON, NaN, nesting past any walker, another run's verdicts) never reach it.
+    """
+    try:
+        found = load_json(data)
+    except ValueError as exc:
+        raise Refusal(f"audit {run_id}: {where} is not a report ({shown(str(exc))})") from None
+    problems = report_problems(found, limit=1)
+    if problems:
+        raise Refusal(
+            f"audit {run_id}: {where} breaks the runaudit.report/1 contract ({shown(problems[0])}); "
+            "see docs/audits.md, The report"
+        )
+    if found["run_id"] != run_id:
+        raise Refusal(f"audit {run_id}: {where} reports run {shown(str(found['run_id']))}, not {run_id}")
+    return dict(found)
 
 
 def write_merged(report_dir: Path, run_id: str, remote: Mapping[str, Any], where: str) -> Path:
     target = report_dir / f"{report_stem(run_id)}.json"
-    local = json.loads(target.read_text(encoding="utf-8")) if target.is_file() else None
-    merged = merge(local, remote, where)
+    merged = merge(_local_report(target, run_id), remote, where)
     write_json_atomic(target, merged)
     from runaudit.reports import html  # the page's figures import numpy: only this verb's end pays for it
 
     write_bytes_atomic(target.with_suffix(".html"), html.render_run(merged).encode("utf-8"))
     return target
+
+
+def _local_report(path: Path, run_id: str) -> dict[str, Any] | None:
+    """The report already at ``path`` when it is a valid report of ``run_id``, else None: a damaged or
+    foreign file there is replaced by the merge, never merged into (as a local session replaces it)."""
+    try:
+        found = load_json(read_regular(path, JSON_CAP))
+    except (OSError, ValueError):
+        return None
+    if report_problems(found, limit=1) or found["run_id"] != run_id:
+        return None
+    return dict(found)
 
 
 def _main(args: argparse.Namespace) -> int:

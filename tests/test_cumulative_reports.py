@@ -10,6 +10,7 @@ import json
 from pathlib import Path
 
 import pytest
+import report_records
 
 from runaudit.examples.digits.build import DEMO_RUN_ID
 from runaudit.reports.schema import report_problems
@@ -108,3 +109,29 @@ def test_what_an_earlier_report_carries_forward_is_validated_and_a_damaged_one_i
     assert earlier_with(retired, {**arrived["verdicts"][0], "verdict": "maybe"}) == [retired]
     assert earlier_with({**retired, "verdict": "maybe"}, arrived["verdicts"][0]) == []
     assert earlier_with(retired, ["not", "a", "verdict"]) == []  # kept as it is, and invalid
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        pytest.param(lambda text: text[: len(text) // 2], id="cut-in-half"),
+        pytest.param(lambda text: text.replace('"verdicts": [', '"verdicts": [NaN, ', 1), id="nan"),
+        pytest.param(lambda text: text.replace('"run_id": "demo"', '"run_id": "other"', 1), id="another-run"),
+    ],
+)
+def test_a_box_audit_replaces_a_damaged_local_report_instead_of_crashing_on_it(
+    damage, demo_project: Path, tmp_path: Path
+) -> None:
+    """``runaudit audit`` read the local report with a bare ``json.loads``: a cut-off file ended the verb
+    in a traceback after the box had audited, and a foreign one was merged into."""
+    records = report_records.science_records()
+    box = report_records.build(report_records.demo_run(demo_project), records)
+    reports = tmp_path / "reports"
+    reports.mkdir()
+    target = reports / f"{DEMO_RUN_ID}.json"
+    target.write_text(damage(json.dumps(report_records.build(report_records.demo_run(demo_project), []))))
+    merged = json.loads(write_merged(reports, DEMO_RUN_ID, box, "box-a").read_text())
+    assert report_problems(merged) == [] and merged["run_id"] == DEMO_RUN_ID
+    assert len(merged["verdicts"]) == len(records) and {item["where"] for item in merged["verdicts"]} == {
+        "box-a"
+    }

@@ -33,6 +33,7 @@ import functools
 import hashlib
 import json
 import os
+import re
 import shutil
 import stat
 import sys
@@ -365,6 +366,34 @@ def _replace_text(rel: str, old: str, new: str) -> Damage:
     return apply
 
 
+def _replace_number(rel: str, key: str, new: str) -> Damage:
+    """Write ``new`` as the first number of ``"key": <number>`` in ``<capsule>/<rel>`` (a value trained on
+    this machine, so matched by its shape rather than its digits)."""
+
+    def apply(project: Path, capsule: Path, outside: Path) -> None:
+        path = capsule / rel
+        text, count = re.subn(rf'("{key}": )-?[0-9][0-9.eE+-]*', rf"\g<1>{new}", path.read_text(), count=1)
+        assert count == 1, f"{rel} has no number under {key!r}"
+        path.write_text(text)
+
+    return apply
+
+
+def _train_csv_cell(column: str, value: str) -> Damage:
+    """Write ``value`` into ``column`` of the first row of ``train.csv``."""
+
+    def apply(project: Path, capsule: Path, outside: Path) -> None:
+        path = capsule / "train.csv"
+        lines = path.read_text().splitlines()
+        header = lines[0].split(",")
+        cells = lines[1].split(",")
+        cells[header.index(column)] = value
+        lines[1] = ",".join(cells)
+        path.write_text("\n".join(lines) + "\n")
+
+    return apply
+
+
 def _test_folder_as_file(capsule: Path) -> None:
     """``test/<id>`` of a declared test is a file: every audit that lists the capsule crashed on it."""
     shutil.rmtree(capsule / "test" / "main")
@@ -416,6 +445,8 @@ def _older_manifest(project: Path) -> None:
 RUN_JSON = ("capsule.run_json_schema",)
 METRICS = ("capsule.metrics_schema",)
 RESULTS_TABLE = ("capsule.results_table",)
+TRAIN_CSV = ("capsule.train_csv",)
+HISTORY = ("history.finite", "history.counters", "history.loss_bound", "history.lr_schedule")
 PRESENT = ("manifest.present",)
 RECEIPT_AUDIT = ("manifest.receipt",)
 BEST_SAFE_LOAD = "checkpoint.safe_load[best.pth]"
@@ -509,6 +540,20 @@ CASES = [
         ("capsule.ids",),
         ("capsule.ids",),
     ),
+    # Numbers JSON has no form for, and counters past a float: schema audits took NaN for a number, and the
+    # history audits read a 5000-digit epoch as inf, or computed on a step the contract had failed.
+    Case("metrics-json-nan", _replace_number("test/main/metrics.json", "value", "NaN"), METRICS, METRICS),
+    Case("metrics-json-1e400", _replace_number("test/main/metrics.json", "value", "1e400"), METRICS, METRICS),
+    Case("run-json-infinity", _replace_number("run.json", "value", "-Infinity"), RUN_JSON, RUN_JSON),
+    Case(
+        "run-json-integer-past-a-float",
+        _replace_number("run.json", "n_test", "9" * 400),
+        RUN_JSON,
+        RUN_JSON,
+        shows="400 digits",
+    ),
+    Case("train-csv-5000-digit-epoch", _train_csv_cell("epoch", "9" * 5000), TRAIN_CSV + HISTORY, TRAIN_CSV),
+    Case("train-csv-step-past-a-float", _train_csv_cell("step", "1e400"), TRAIN_CSV + HISTORY, TRAIN_CSV),
     Case("test-folder-replaced-by-a-file", _on_capsule(_test_folder_as_file), ("capsule.closed_world",)),
     # 3. other hostile bytes (several are being fixed outside this file: see the module docstring)
     Case("config-yaml-alias-bomb", _on_capsule(_yaml_bomb), ("capsule.config_hash",)),

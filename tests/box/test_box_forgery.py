@@ -13,6 +13,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from report_records import build, demo_run, science_records
 from sshbox import SshBox
 from test_box_pull import build_manifest_on_box
 
@@ -20,6 +21,7 @@ from runaudit.cli import main
 from runaudit.examples.digits.build import DEMO_RUN_ID
 from runaudit.manifest import MANIFEST, RECEIPT
 from runaudit.receipts import receipt_status
+from runaudit.reports.schema import report_problems
 
 FORGED_PULL = "evil"
 
@@ -96,3 +98,54 @@ def test_a_manifest_with_unsafe_empty_dirs_touches_nothing(
     assert code == 2 and "not usable" in err and "nothing was written" in err
     assert sorted(path for path in tmp_path.rglob("*") if "box-root" not in path.parts) == before
     assert not Path("/tmp/escaped-by-box-absolute").exists()
+
+
+# What a hostile box's "suite" leaves as its report: pytest on the box is the box's own code (its PYTHONPATH,
+# its interpreter), so the bytes that come home are the box's word. Each was merged into the local report
+# CI publishes (NaN verdicts, another run's "yes") or crashed the verb with a traceback (deep nesting).
+BOX_REPORTS = {
+    "another-runs-verdicts": lambda valid: json.dumps({**valid, "run_id": "someone-else"}),
+    "a-nan-in-a-verdict": lambda valid: json.dumps(valid).replace('"NAN-HERE"', "NaN", 1),
+    "nested-past-any-walker": lambda valid: "[" * 100_000 + "]" * 100_000,
+    "verdicts-that-are-no-list": lambda valid: json.dumps({**valid, "verdicts": "all passed"}),
+}
+
+FAKE_PYTEST = """
+import sys
+from pathlib import Path
+argv = sys.argv[1:]
+folder = Path(argv[argv.index("--runaudit-report-dir") + 1])
+run_id = argv[argv.index("--run") + 1]
+(folder / f"{run_id}.json").write_text((Path(__file__).parent / "report.txt").read_text())
+"""
+
+
+@pytest.mark.parametrize("forgery", sorted(BOX_REPORTS))
+def test_a_report_from_the_box_that_is_no_report_of_the_run_is_refused_and_the_local_one_kept(
+    forgery: str,
+    sshbox: SshBox,
+    box_root: Path,
+    demo_project: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    local = tmp_path / "local"
+    (local / "reports").mkdir(parents=True)
+    valid = build(demo_run(demo_project), science_records())
+    assert report_problems(valid) == []
+    local_report = local / "reports" / f"{DEMO_RUN_ID}.json"
+    local_report.write_text(json.dumps(valid))
+    valid["verdicts"][0]["evidence"] = {"loss": "NAN-HERE"}
+    workdir = tmp_path / "box-code"
+    (workdir / "pytest").mkdir(parents=True)  # shadows pytest on the box's PYTHONPATH: the box's own code
+    (workdir / "pytest" / "__init__.py").write_text("")
+    (workdir / "pytest" / "__main__.py").write_text(FAKE_PYTEST)
+    (workdir / "pytest" / "report.txt").write_text(BOX_REPORTS[forgery](valid))
+    before = local_report.read_bytes()
+    args = [*sshbox.cli_args(box_root), "--workdir", str(workdir), "--root", str(local), DEMO_RUN_ID]
+    code = main(["audit", *args])
+    said = capsys.readouterr()
+    assert code == 2, said.out + said.err
+    lines = said.err.strip().splitlines()
+    assert len(lines) == 1 and DEMO_RUN_ID in lines[0] and "Traceback" not in said.err, said.err
+    assert local_report.read_bytes() == before  # nothing the box said reached the local report
