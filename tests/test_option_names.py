@@ -22,6 +22,7 @@ from runaudit.runners import custody, remote_audit, suite
 from runaudit.runners.box import Box
 from runaudit.runners.cluster import Sweep
 from runaudit.runners.ssh import Endpoint
+from runaudit.usage import Refusal
 
 RUN = "r1"
 BOTH = ("-p", "runaudit.fixtures.plugin", "-p", "profiling", "-p", "no:cacheprovider")
@@ -263,8 +264,8 @@ class _FakeRemote:
         self.commands.append(command)
         return _Done(stdout=self.reports if command.startswith("mktemp") else "")
 
-    def read_file(self, path: str) -> str:
-        return json.dumps({"verdicts": [], "summary": {}})
+    def read_file(self, path: str) -> bytes:
+        raise FileNotFoundError(path)  # no suite ran: only the command line that would start it is checked
 
 
 def after_pytest(words: Sequence[str]) -> list[str]:
@@ -293,7 +294,8 @@ def test_the_runners_build_pytest_arguments_pytest_accepts(
     monkeypatch.setattr(remote_audit, "Remote", _FakeRemote)
     monkeypatch.setattr(_FakeRemote, "commands", [])
     box = Box(Endpoint("box.example"), PurePosixPath(root))
-    remote_audit.audit_on_box(box, RUN, None, ["-m", "preflight", "--runaudit-profile", "local"])
+    with pytest.raises(Refusal, match="wrote no report"):
+        remote_audit.audit_on_box(box, RUN, None, ["-m", "preflight", "--runaudit-profile", "local"])
     (command,) = [line for line in _FakeRemote.commands if " -m pytest " in line]
     built["audit"] = after_pytest(shlex.split(command))
     short_forms = set(options.OPTION_ALIASES.values())
