@@ -379,6 +379,16 @@ def _replace_number(rel: str, key: str, new: str) -> Damage:
     return apply
 
 
+def _reencode(rel: str, encoding: str) -> Damage:
+    """``<capsule>/<rel>``'s text in another encoding."""
+
+    def apply(project: Path, capsule: Path, outside: Path) -> None:
+        path = capsule / rel
+        path.write_bytes(path.read_text(encoding="utf-8").encode(encoding))
+
+    return apply
+
+
 def _train_csv_cell(column: str, value: str) -> Damage:
     """Write ``value`` into ``column`` of the first row of ``train.csv``."""
 
@@ -540,6 +550,18 @@ CASES = [
         ("capsule.ids",),
         ("capsule.ids",),
     ),
+    # Wide rather than deep: 66 MB of empty lists passes the size cap and the depth check, and took 39 s and
+    # 3 GB to parse (a manifest is parsed more than once: past the memory ceiling). Other encodings: json.loads
+    # takes UTF-16 and a byte-order mark, which the contract's plain UTF-8 does not.
+    Case(
+        "manifest-22m-empty-lists",
+        _write(lambda p, c: _manifest(p), b"[" + b"[]," * 22_000_000 + b"[]]"),
+        PRESENT,
+        PRESENT,
+        shows="more than the 4000000",
+    ),
+    Case("run-json-utf16", _reencode("run.json", "utf-16"), RUN_JSON, RUN_JSON, shows="not UTF-8"),
+    Case("run-json-byte-order-mark", _reencode("run.json", "utf-8-sig"), RUN_JSON, RUN_JSON),
     # Numbers JSON has no form for, and counters past a float: schema audits took NaN for a number, and the
     # history audits read a 5000-digit epoch as inf, or computed on a step the contract had failed.
     Case("metrics-json-nan", _replace_number("test/main/metrics.json", "value", "NaN"), METRICS, METRICS),
