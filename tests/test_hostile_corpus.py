@@ -123,13 +123,34 @@ def _rebind_best(capsule: Path, payload: Any) -> None:
     _edit_json(capsule / "run.json", lambda run: run["checkpoints"]["best"].update(sha256=digest))
 
 
-def _config_key_twice(capsule: Path) -> None:
-    """config.yaml naming its top-level ``data`` key twice, with run.json bound to those bytes, so the
-    content itself is judged (not only the changed digest)."""
-    config = capsule / "config.yaml"
-    config.write_bytes(config.read_bytes() + b"data:\n  dataset: another\n")
-    digest = hashlib.sha256(config.read_bytes()).hexdigest()
-    _edit_json(capsule / "run.json", lambda run: run["config"].update(sha256=digest))
+def _bound_config(change: Callable[[str], str]) -> Callable[[Path], None]:
+    """config.yaml changed by ``change``, with run.json bound to the new bytes, so the content itself is
+    judged (not only the changed digest)."""
+
+    def apply(capsule: Path) -> None:
+        config = capsule / "config.yaml"
+        config.write_text(change(config.read_text()))
+        digest = hashlib.sha256(config.read_bytes()).hexdigest()
+        _edit_json(capsule / "run.json", lambda run: run["config"].update(sha256=digest))
+
+    return apply
+
+
+_config_key_twice = _bound_config(lambda text: text + "data:\n  dataset: another\n")
+# One 8 MiB scalar and 190k aliases of it: under the node budget, 1.5 TB once a walker copies the tree.
+_config_alias_of_a_long_scalar = _bound_config(
+    lambda text: (
+        text.replace("schedule: cosine", "schedule: &s " + "x" * (8 << 20))
+        + f"other: [{', '.join(['*s'] * 190_000)}]\n"
+    )
+)
+# Two merges into one mapping: the second silently wins (lr 0.5, not 0.1).
+_config_merge_key_twice = _bound_config(
+    lambda text: (
+        "base1: &b1 {lr: 0.1}\nbase2: &b2 {lr: 0.5}\n"
+        + text.replace("train:\n", "train:\n  <<: *b1\n  <<: *b2\n").replace("  lr: 0.003\n", "")
+    )
+)
 
 
 def _best_state(capsule: Path) -> dict[str, Any]:
@@ -579,6 +600,20 @@ CASES = [
     Case("test-folder-replaced-by-a-file", _on_capsule(_test_folder_as_file), ("capsule.closed_world",)),
     # 3. other hostile bytes (several are being fixed outside this file: see the module docstring)
     Case("config-yaml-alias-bomb", _on_capsule(_yaml_bomb), ("capsule.config_hash",)),
+    Case(
+        "config-yaml-alias-of-a-long-scalar",
+        _on_capsule(_config_alias_of_a_long_scalar),
+        ("capsule.config_hash",),
+        ("capsule.config_hash",),
+        shows="MiB of text through its aliases",
+    ),
+    Case(
+        "config-yaml-merge-key-twice",
+        _on_capsule(_config_merge_key_twice),
+        ("capsule.config_hash",),
+        ("capsule.config_hash",),
+        shows="names the merge key",
+    ),
     Case(
         "config-yaml-duplicate-key",
         _on_capsule(_config_key_twice),
