@@ -220,6 +220,41 @@ def _results_wrong_types(capsule: Path) -> None:
     pq.write_table(pa.table(columns), path)
 
 
+def _results_change(change: Callable[[Any], Any], **write: Any) -> Callable[[Path], None]:
+    """results.parquet rewritten as ``change(table)`` (``write``: pyarrow's write options)."""
+
+    def damage(capsule: Path) -> None:
+        import pyarrow.parquet as pq
+
+        path = capsule / "test" / "main" / "results.parquet"
+        pq.write_table(change(pq.read_table(path)), path, **write)
+
+    return damage
+
+
+def _with_blob(table: Any) -> Any:
+    """An extra column of the run's own, 5 MiB a row: the 82 KB file decodes to 3.6 GB."""
+    import pyarrow as pa
+
+    return table.append_column("blob", pa.array(["a" * (5 << 20)] * table.num_rows, pa.large_string()))
+
+
+def _label_of_5_mib(table: Any) -> Any:
+    """The contract's ``target`` column as one 5 MiB label on every row (a dictionary page holds it once)."""
+    import pyarrow as pa
+
+    labels = pa.array(["a" * (5 << 20)] * table.num_rows, pa.large_string())
+    return table.set_column(table.schema.get_field_index("target"), "target", labels)
+
+
+def _sample_id_twice(table: Any) -> Any:
+    import pyarrow as pa
+
+    return pa.Table.from_arrays(
+        [*table.columns, table["sample_id"]], names=[*table.column_names, "sample_id"]
+    )
+
+
 def _results_column(name: str, kind: str) -> Damage:
     """results.parquet with its optional column ``name`` rewritten as another kind of value, row by row."""
 
@@ -638,6 +673,26 @@ CASES = [
             ("output", "nested-lists"),
             ("output", "bool"),
         )
+    ),
+    # An 82 KB table under the decoded-size cap that peaked at 11.6 GB; a column named twice crashed ten
+    # audits (``error``), capsule.results_table among them.
+    Case(  # the run's own column is never decoded: the table holds to its contract
+        "results-own-column-decoding-to-3.6-gb",
+        _on_capsule(_results_change(_with_blob, compression="zstd", row_group_size=50)),
+    ),
+    Case(
+        "results-label-column-decoding-to-3.6-gb",
+        _on_capsule(_results_change(_label_of_5_mib, compression="zstd", row_group_size=50)),
+        RESULTS_TABLE,
+        RESULTS_TABLE,
+        shows="decodes to",
+    ),
+    Case(
+        "results-sample-id-twice",
+        _on_capsule(_results_change(_sample_id_twice)),
+        RESULTS_TABLE,
+        RESULTS_TABLE,
+        shows="column sample_id appears 2 times",
     ),
     Case(
         "results-64mib-id-cell",
