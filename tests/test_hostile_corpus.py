@@ -754,6 +754,18 @@ CASES = [
         ("manifest.path_safety",),
         ("manifest.path_safety",),
     ),
+    # A manifest that fails its own contract: the other manifest audits judged every file against it and
+    # passed 406 sizes and 407 digests beside the entry whose size was the string "379".
+    Case(
+        "manifest-size-as-a-string",
+        _on_project(
+            lambda project: _edit_json(
+                _manifest(project), lambda doc: doc["files"][1].update(bytes=str(doc["files"][1]["bytes"]))
+            )
+        ),
+        (*PRESENT, "manifest.size", "manifest.sha256", "manifest.roster", "manifest.path_safety"),
+        PRESENT,
+    ),
     Case("manifest-inside-the-capsule", _manifest_into_the_capsule, PRESENT, PRESENT),
     Case("receipt-of-an-older-manifest", _on_project(_older_manifest), RECEIPT_AUDIT, RECEIPT_AUDIT),
     Case("checkpoint-pickle-payload", _pickle_payload, (BEST_SAFE_LOAD,), (BEST_SAFE_LOAD,)),
