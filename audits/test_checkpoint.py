@@ -156,19 +156,18 @@ def test_finite(run: Run, custody: Custody, audit: AuditRecorder, checkpoint: st
 def _train_csv_best(
     audit: AuditRecorder, capsule: CapsuleReader, metric: str, mode: str
 ) -> tuple[float, list[int]]:
-    header, rows = audit.need(capsule.csv_rows, "train.csv")
+    """The best ``val_<metric>`` in train.csv and the epochs it was logged at; not_run when train.csv breaks
+    its contract (``capsule.train_csv`` reports it): the selection is never replayed on rows it failed."""
+    from runaudit.history import load_history
+
+    history = audit.need(load_history, capsule)
     column = f"val_{metric}"
-    if column not in header or "epoch" not in header:
+    if not history.has(column):
         audit.not_run(f"train.csv has no {column} column: the selection cannot be replayed")
-    values: dict[int, float] = {}
-    for row in rows:
-        try:
-            value = float(row[header.index(column)])
-            epoch = int(row[header.index("epoch")])
-        except (ValueError, IndexError):
-            continue
-        if math.isfinite(value):
-            values[epoch] = value
+    epochs, logged = history.series(column)
+    values = {
+        int(epoch): float(value) for epoch, value in zip(epochs, logged, strict=True) if math.isfinite(value)
+    }
     if not values:
         audit.not_run(f"train.csv has no finite {column} values")
     best = max(values.values()) if mode == "max" else min(values.values())

@@ -378,6 +378,9 @@ class Case:
     damage: Damage
     owners: tuple[str, ...] = ()  # "audit" or "audit[subject]" owning the broken part: reached, never passed
     failing: tuple[str, ...] = ()  # owners that must say ``failed``, in one line
+    # Audits downstream of the broken part: they need it whole, so they must say ``not_run`` (never compute
+    # on what its owner failed).
+    downstream: tuple[str, ...] = ()
     shows: str = ""  # text that the JSON report's messages and the page must both hold
     deadline_s: int = DEFAULT_DEADLINE_S
     # The broken file is the regenerable hash cache: it is not the run's defect, so no audit may fail for
@@ -433,6 +436,12 @@ def _replace_number(rel: str, key: str, new: str) -> Damage:
         path.write_text(text)
 
     return apply
+
+
+def _replace_bytes(path: Path, old: bytes, new: bytes) -> None:
+    data = path.read_bytes()
+    assert old in data
+    path.write_bytes(data.replace(old, new, 1))
 
 
 def _reencode(rel: str, encoding: str) -> Damage:
@@ -629,6 +638,13 @@ CASES = [
         RUN_JSON,
         RUN_JSON,
         shows="400 digits",
+    ),
+    Case(  # csv reads the rest of the file as one field: capsule.train_csv failed, the selection replayed it
+        "train-csv-unterminated-quote",
+        _on_capsule(lambda capsule: _replace_bytes(capsule / "train.csv", b"\n2,", b'\n"2,')),
+        TRAIN_CSV,
+        TRAIN_CSV,
+        downstream=("checkpoint.selection", *HISTORY),
     ),
     Case("train-csv-5000-digit-epoch", _train_csv_cell("epoch", "9" * 5000), TRAIN_CSV + HISTORY, TRAIN_CSV),
     Case("train-csv-step-past-a-float", _train_csv_cell("step", "1e400"), TRAIN_CSV + HISTORY, TRAIN_CSV),
@@ -930,6 +946,10 @@ def test_hostile_input_reaches_verdicts_and_a_report(
         failed = [item for item in verdicts if item["verdict"] == "failed"]
         assert failed, f"{case.id}: {owner} did not fail: {verdicts}"
         assert all(item["message"] and "\n" not in item["message"] for item in failed), failed
+    for audit in case.downstream:
+        verdicts = _verdicts_of(report, audit)
+        found = {item["verdict"] for item in verdicts}
+        assert "not_run" in found and found <= {"not_run", "not_applicable"}, f"{case.id}: {verdicts}"
     if case.regenerable:
         hashes = [item for item in report["verdicts"] if item["audit"] == "manifest.sha256"]
         assert len(hashes) > 400 and {(item["verdict"], item["evidence"]["hashed"]) for item in hashes} == {
