@@ -39,6 +39,7 @@ import stat
 import sys
 import threading
 import time
+import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -121,6 +122,41 @@ def _rebind_best(capsule: Path, payload: Any) -> None:
     torch.save(payload, capsule / "best.pth")
     digest = hashlib.sha256((capsule / "best.pth").read_bytes()).hexdigest()
     _edit_json(capsule / "run.json", lambda run: run["checkpoints"]["best"].update(sha256=digest))
+
+
+def _rezip_best(change: Callable[[dict[str, bytes], str], list[tuple[str, bytes]]]) -> Callable[[Path], None]:
+    """best.pth's zip entries rewritten by ``change(entries, data.pkl's name)``, run.json bound to the result."""
+
+    def apply(capsule: Path) -> None:
+        import zipfile
+
+        path = capsule / "best.pth"
+        with zipfile.ZipFile(path) as archive:
+            entries = {name: archive.read(name) for name in archive.namelist()}
+        pickled = next(name for name in entries if name.endswith("/data.pkl"))
+        with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED) as archive, warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # zipfile warns of the duplicate name it is asked to write
+            for name, data in change(entries, pickled):
+                archive.writestr(name, data)
+        digest = hashlib.sha256(path.read_bytes()).hexdigest()
+        _edit_json(capsule / "run.json", lambda run: run["checkpoints"]["best"].update(sha256=digest))
+
+    return apply
+
+
+def _storage_claims_4_gib(entries: dict[str, bytes], pickled: str) -> list[tuple[str, bytes]]:
+    """The first storage's element count in data.pkl rewritten to 2^30 (4 GiB of float32)."""
+    data = entries[pickled]
+    at = data.index(b"cpu")
+    opcode = min(found for found in (data.find(code, at) for code in (b"J", b"M", b"K")) if found > 0)
+    width = {b"J": 5, b"M": 3, b"K": 2}[data[opcode : opcode + 1]]
+    entries[pickled] = data[:opcode] + b"J" + (1 << 30).to_bytes(4, "little") + data[opcode + width :]
+    return list(entries.items())
+
+
+def _data_pkl_twice(entries: dict[str, bytes], pickled: str) -> list[tuple[str, bytes]]:
+    """A second data.pkl entry (an empty dict) after the first: torch reads one, ``zipfile`` the other."""
+    return [*entries.items(), (pickled, b"\x80\x02}q\x00.")]
 
 
 def _bound_config(change: Callable[[str], str]) -> Callable[[Path], None]:
@@ -723,6 +759,22 @@ CASES = [
         ("capsule.results_table", "collapse.prediction_histogram", "collapse.trivial_baseline"),
         ("capsule.results_table",),
         shows="a class label has at most 256",
+    ),
+    # What torch.load(mmap=True) does not check: a storage larger than its record (a plain torch.load
+    # refuses the file; the mapped one passed every checkpoint audit), and an entry named twice.
+    Case(
+        "checkpoint-storage-past-its-record",
+        _on_capsule(_rezip_best(_storage_claims_4_gib)),
+        (BEST_SAFE_LOAD,),
+        (BEST_SAFE_LOAD,),
+        shows="but the archive holds",
+    ),
+    Case(
+        "checkpoint-data-pkl-twice",
+        _on_capsule(_rezip_best(_data_pkl_twice)),
+        (BEST_SAFE_LOAD,),
+        (BEST_SAFE_LOAD,),
+        shows="twice",
     ),
     Case("checkpoint-20k-deep-list", _on_capsule(_deep_checkpoint), (BEST_SAFE_LOAD,)),
     Case(
