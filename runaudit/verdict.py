@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import enum
 import math
+import re
 from collections.abc import Mapping
 from pathlib import PurePath
 from typing import Any
@@ -125,6 +126,16 @@ def shown(text: str, limit: int = SHOWN_CHARS) -> str:
     if len(text) > limit:
         text = f"{text[:limit]}… ({len(text) - limit} more characters)"
     return printable(text)
+
+
+# Every line break str.splitlines knows, with the spaces around it: a pyarrow or torch error a message
+# quotes may span lines ("...No more data to read.\n)"), and a verdict's message is one line.
+_LINE_BREAK = re.compile(r"\s*(?:\r\n|[\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029])\s*")
+
+
+def one_line(text: str) -> str:
+    """A verdict's message: :func:`shown`, its line breaks joined with a space."""
+    return shown(_LINE_BREAK.sub(" ", text).strip())
 
 
 def jsonable(value: Any, depth: int = EVIDENCE_DEPTH) -> Any:

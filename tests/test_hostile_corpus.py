@@ -746,6 +746,12 @@ CASES = [
         RESULTS_TABLE,
         shows="column sample_id appears 2 times",
     ),
+    Case(  # pyarrow's error text spans lines: so did the verdict that quoted it, and every not_run citing it
+        "results-not-parquet-between-its-magic",
+        _write(lambda p, c: c / "test" / "main" / "results.parquet", b"PAR1" + b"\0" * 100 + b"PAR1"),
+        RESULTS_TABLE,
+        RESULTS_TABLE,
+    ),
     Case(
         "results-64mib-id-cell",
         _on_capsule(_results_long_id),
@@ -988,6 +994,8 @@ def test_hostile_input_reaches_verdicts_and_a_report(
     report = json.loads(report_path.read_bytes())
     assert report_problems(report) == []
     crashed = [(item["audit"], item["message"]) for item in report["verdicts"] if item["verdict"] == "error"]
+    broken = [(item["audit"], item["message"]) for item in report["verdicts"] if "\n" in item["message"]]
+    assert not broken, f"{case.id}: messages of more than one line: {broken[:3]}"
     assert not crashed, f"{case.id}: audits crashed on the damage instead of judging it: {crashed[:5]}"
     for owner in case.owners:
         verdicts = _verdicts_of(report, owner)
