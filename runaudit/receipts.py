@@ -40,6 +40,8 @@ def verify_command(root: Path, pull_id: str) -> str:
 
 def judge(receipt: Any, path: Path, manifest: manifests.ManifestFile, run_id: str) -> str | None:
     """Why ``receipt`` (read from ``path``) does not cover ``run_id`` of ``manifest``, or None when it does."""
+    if isinstance(receipt, manifests.Unreadable):
+        return f"{path} cannot be read as a receipt: {receipt.reason}"
     problems = schema_problems("receipt", receipt)
     if problems:
         return f"{path} is not a valid receipt ({problems[0]})"

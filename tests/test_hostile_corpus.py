@@ -605,6 +605,13 @@ CASES = [
     Case(
         "receipt-deep-list", _write(lambda p, c: _receipt(p), _deep_list(DEEP)), RECEIPT_AUDIT, RECEIPT_AUDIT
     ),
+    Case(  # the receipt audit said "... are required properties": why it could not be read was lost
+        "receipt-duplicate-key",
+        _write(lambda p, c: _receipt(p), b'{"pull_id": "demo", "pull_id": "other"}'),
+        RECEIPT_AUDIT,
+        RECEIPT_AUDIT,
+        shows="duplicate key",
+    ),
     Case(
         "receipt-walkable-deep",
         _on_project(lambda project: _with_deep_key(_receipt(project), WALKABLE)),
