@@ -105,7 +105,7 @@ def test_path_safety(run: Run, custody: Custody, audit: AuditRecorder) -> None:
     """
     manifest = custody.manifest
     if manifest is None or manifest.document is None:
-        custody.require_manifest(audit)  # not run, citing manifest.present
+        manifest = custody.require_manifest(audit)  # not run, citing manifest.present
     paths = [entry.get("path") for entry in manifest.entries]
     folders = manifest.empty_dirs
     problems = [problem for path in [*paths, *folders] for problem in manifests.path_problems(path)]

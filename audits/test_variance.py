@@ -422,6 +422,8 @@ def test_rl_iqm(
     fewer than 5 seeds in the audited arm, or its interval overlapping another arm's, is disclosed (topic
     ``seeds``).
     """
+    if run.task is None:  # an unreadable run.json declares nothing: whether this applies is unknown
+        audit.not_run("run.json declares no task (reported by capsule.run_json_schema)")
     if run.task != "rl":
         audit.not_applicable(f"task {run.task}: the IQM-over-seeds standard applies to rl")
     compared = _compared(audit, run, declared_metric)

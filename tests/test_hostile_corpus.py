@@ -573,7 +573,13 @@ def _metrics(project: Path, capsule: Path) -> Path:
 
 CASES = [
     # 1. nesting past the parser's stack, and nesting the parser takes but any recursive walker would not
-    Case("run-json-deep-list", _write(_run_json, _deep_list(DEEP)), RUN_JSON, RUN_JSON),
+    Case(  # an unreadable run.json declares no task: rl_iqm said not_applicable, as if it knew
+        "run-json-deep-list",
+        _write(_run_json, _deep_list(DEEP)),
+        RUN_JSON,
+        RUN_JSON,
+        downstream=("variance.rl_iqm",),
+    ),
     Case("run-json-deep-object", _write(_run_json, _deep_object(DEEP)), RUN_JSON, RUN_JSON),
     Case(
         "run-json-walkable-deep",
