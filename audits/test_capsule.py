@@ -13,7 +13,7 @@ import pytest
 
 from runaudit.capsule import CHECKPOINT_FILES, checkpoint_file
 from runaudit.fixtures.verdicts import AuditRecorder
-from runaudit.history import contract_problems
+from runaudit.history import train_csv_problems
 from runaudit.ids import casefold_collisions, duplicates, is_safe_id
 from runaudit.reader import CapsuleReader
 from runaudit.run import DeclaredMetric, DeclaredTest, Run
@@ -213,7 +213,7 @@ def test_train_csv(run: Run, capsule: CapsuleReader, audit: AuditRecorder) -> No
     if run.kind == "hardware":
         audit.not_applicable("hardware capsules carry no training history")
     header, rows = audit.need(capsule.csv_rows, "train.csv")
-    problems = contract_problems(header, rows)
+    problems = train_csv_problems(capsule)
     audit.evidence(rows=len(rows), columns=header, problems=problems)
     audit.require(not problems, f"run {run.run_id}: train.csv {_examples(problems)}")
 

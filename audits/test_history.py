@@ -160,14 +160,31 @@ def test_best_at_first_epoch(run: Run, capsule: CapsuleReader, audit: AuditRecor
     )
 
 
+def _trailing_medians(values: np.ndarray, width: int, start: int) -> np.ndarray:
+    """For each index from ``start`` on, the median of the up to ``width`` values before it (nan before
+    ``start``, and where a window holds a nan). Full windows are taken at once, as one sliding view: a
+    per-step log of a million rows took seconds per audit row by row."""
+    medians = np.full(len(values), np.nan)
+    for index in range(start, min(width, len(values))):  # the windows still filling
+        medians[index] = np.median(values[:index])
+    if len(values) > width:
+        medians[width:] = np.median(np.lib.stride_tricks.sliding_window_view(values[:-1], width), axis=1)
+    return medians
+
+
 def _robust_z(values: np.ndarray) -> np.ndarray:
     """Each value's robust z against the median/MAD of the window before it (nan while it fills)."""
     scores = np.full(len(values), np.nan)
-    for index in range(GRAD_MIN_WINDOW, len(values)):
-        window = values[max(0, index - GRAD_WINDOW) : index]
-        median = np.median(window)
-        spread = MAD_TO_SD * np.median(np.abs(window - median))
-        scores[index] = (values[index] - median) / max(spread, 0.01 * abs(median), 1e-12)
+    medians = _trailing_medians(values, GRAD_WINDOW, GRAD_MIN_WINDOW)
+    spreads = np.full(len(values), np.nan)
+    for index in range(GRAD_MIN_WINDOW, min(GRAD_WINDOW, len(values))):
+        spreads[index] = np.median(np.abs(values[:index] - medians[index]))
+    if len(values) > GRAD_WINDOW:
+        windows = np.lib.stride_tricks.sliding_window_view(values[:-1], GRAD_WINDOW)
+        spreads[GRAD_WINDOW:] = np.median(np.abs(windows - medians[GRAD_WINDOW:, None]), axis=1)
+    ready = slice(GRAD_MIN_WINDOW, None)
+    floor = np.maximum(np.maximum(MAD_TO_SD * spreads[ready], 0.01 * np.abs(medians[ready])), 1e-12)
+    scores[ready] = (values[ready] - medians[ready]) / floor
     return scores
 
 
@@ -209,22 +226,23 @@ def test_loss_spikes(run: Run, capsule: CapsuleReader, audit: AuditRecorder) -> 
     """
     history = _history(audit, run, capsule)
     epochs, values = history.series("train_loss")
-    spikes: list[dict[str, Any]] = []
-    for index in range(1, len(values)):
-        before = np.median(values[max(0, index - SPIKE_WINDOW) : index])
-        if not (np.isfinite(before) and before > 0 and np.isfinite(values[index])):
-            continue
-        if values[index] >= SPIKE_FACTOR * before:
-            later = values[index + 1 :]
-            recovered = bool(np.any(np.isfinite(later) & (later <= RECOVERED_FACTOR * before)))
-            spikes.append(
-                {
-                    "epoch": int(epochs[index]),
-                    "value": float(values[index]),
-                    "before": float(before),
-                    "recovered": recovered,
-                }
-            )
+    befores = _trailing_medians(values, SPIKE_WINDOW, 1)
+    # The least finite value after each row: a spike recovered when any later value came back under 2×.
+    finite_after = np.where(np.isfinite(values), values, np.inf)[::-1]
+    least_after = np.concatenate([np.minimum.accumulate(finite_after)[::-1][1:], [np.inf]])
+    with np.errstate(invalid="ignore"):
+        jumped = (
+            np.isfinite(befores) & (befores > 0) & np.isfinite(values) & (values >= SPIKE_FACTOR * befores)
+        )
+    spikes: list[dict[str, Any]] = [
+        {
+            "epoch": int(epochs[index]),
+            "value": float(values[index]),
+            "before": float(befores[index]),
+            "recovered": bool(least_after[index] <= RECOVERED_FACTOR * befores[index]),
+        }
+        for index in np.flatnonzero(jumped)
+    ]
     if not spikes:
         audit.note(f"no train_loss jump of {SPIKE_FACTOR:g}× over {len(values)} logged rows")
         return

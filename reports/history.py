@@ -9,6 +9,7 @@ yields a reason too, instead of a report (or its pre-drawing child process) that
 from __future__ import annotations
 
 import csv
+import functools
 import io
 import math
 from collections.abc import Sequence
@@ -57,6 +58,14 @@ def read_history(run_path: Path) -> History | str:
         return f"train.csv is not plotted: {exc}"
     except OSError as exc:
         return f"train.csv cannot be read ({exc.strerror or exc})"
+    return _plottable(data)
+
+
+@functools.lru_cache(maxsize=1)
+def _plottable(data: bytes) -> History | str:
+    """The curves of ``train.csv``'s bytes. The page asks twice in a session (the curves drawn ahead, then
+    the figure), and a per-step log of a million rows takes seconds to parse; the cache is keyed by the
+    bytes themselves, so a changed file is parsed afresh."""
     try:
         rows = list(csv.reader(io.StringIO(data.decode("utf-8"))))
     except (UnicodeDecodeError, csv.Error) as exc:
