@@ -214,7 +214,7 @@ def test_train_csv(run: Run, capsule: CapsuleReader, audit: AuditRecorder) -> No
         audit.not_applicable("hardware capsules carry no training history")
     header, rows = audit.need(capsule.csv_rows, "train.csv")
     problems = train_csv_problems(capsule)
-    audit.evidence(rows=len(rows), columns=header, problems=problems)
+    audit.evidence(rows=len(rows), columns=header, problems=problems[:100], problem_count=len(problems))
     audit.require(not problems, f"run {run.run_id}: train.csv {_examples(problems)}")
 
 
