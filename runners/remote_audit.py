@@ -94,15 +94,20 @@ def box_report(data: bytes, run_id: str, where: str) -> dict[str, Any]:
         found = load_json(data)
     except ValueError as exc:
         raise Refusal(f"audit {run_id}: {where} is not a report ({shown(str(exc))})") from None
+    if problem := _report_problem(found, run_id):
+        raise Refusal(f"audit {run_id}: {where} {problem}")
+    return dict(found)
+
+
+def _report_problem(found: Any, run_id: str) -> str | None:
+    """Why a parsed document is not a ``runaudit.report/1`` report of ``run_id`` (completing "<file> ..."),
+    or None: the one test behind refusing the box's report and replacing a local one."""
     problems = report_problems(found, limit=1)
     if problems:
-        raise Refusal(
-            f"audit {run_id}: {where} breaks the runaudit.report/1 contract ({shown(problems[0])}); "
-            "see docs/audits.md, The report"
-        )
+        return f"breaks the runaudit.report/1 contract ({shown(problems[0])}); see docs/audits.md, The report"
     if found["run_id"] != run_id:
-        raise Refusal(f"audit {run_id}: {where} reports run {shown(str(found['run_id']))}, not {run_id}")
-    return dict(found)
+        return f"reports run {shown(str(found['run_id']))}, not {run_id}"
+    return None
 
 
 def write_merged(report_dir: Path, run_id: str, remote: Mapping[str, Any], where: str) -> Path:
@@ -122,9 +127,7 @@ def _local_report(path: Path, run_id: str) -> dict[str, Any] | None:
         found = load_json(read_regular(path, JSON_CAP))
     except (OSError, ValueError):
         return None
-    if report_problems(found, limit=1) or found["run_id"] != run_id:
-        return None
-    return dict(found)
+    return None if _report_problem(found, run_id) else dict(found)
 
 
 def _main(args: argparse.Namespace) -> int:
