@@ -327,7 +327,7 @@ def test_loss_floor(adapter: Adapter, audit: AuditRecorder) -> None:
     )
 
 
-def test_resume_roundtrip(adapter: Adapter, audit: AuditRecorder, tmp_path: Path) -> None:
+def test_resume_roundtrip(adapter: Adapter, audit: AuditRecorder, smoke_scratch: Path) -> None:
     """Train, save, restore in a fresh state, continue: equal to the run that was never interrupted."""
     save, load = adapter.fixture(SAVE), adapter.fixture(LOAD)
 
@@ -341,7 +341,7 @@ def test_resume_roundtrip(adapter: Adapter, audit: AuditRecorder, tmp_path: Path
     first.epoch += 1  # an epoch boundary, where a loop saves
     probe.advance_rngs(first, watched)
     saved = probe.snapshot(first, watched)
-    path = tmp_path / "resume.pth"
+    path = smoke_scratch / "resume.pth"
     adapter.call(SAVE, save, first, path, owned=True)
     adapter.train_steps(first, RESUME_AFTER)
     first.epoch += 1
@@ -381,13 +381,13 @@ def test_resume_roundtrip(adapter: Adapter, audit: AuditRecorder, tmp_path: Path
     )
 
 
-def test_capsule_roundtrip(adapter: Adapter, audit: AuditRecorder, tmp_path: Path) -> None:
+def test_capsule_roundtrip(adapter: Adapter, audit: AuditRecorder, smoke_scratch: Path) -> None:
     """A tiny capsule written by the project's own code seals through ``runaudit close``.
 
     ``runaudit close`` runs as the user runs it, in its own process: the audit sees what the user would.
     """
     write = adapter.fixture(CAPSULE, owned=True)
-    root = tmp_path / "project"
+    root = smoke_scratch / "project"
     root.mkdir()
     adapter.call(CAPSULE, write, root, CLOSE_ID, owned=True)
     command = [sys.executable, "-m", "runaudit", "close", CLOSE_ID, "--root", str(root)]

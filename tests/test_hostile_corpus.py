@@ -187,6 +187,9 @@ _config_merge_key_twice = _bound_config(
         + text.replace("train:\n", "train:\n  <<: *b1\n  <<: *b2\n").replace("  lr: 0.003\n", "")
     )
 )
+# Bytes where a setting should be: safe_load builds them, and every consumer that keys or compares the
+# config as data (the demo's evaluation, JSON evidence) fails on them far from the file.
+_config_binary_value = _bound_config(lambda text: text + "blob: !!binary aGVsbG8=\n")
 
 
 def _best_state(capsule: Path) -> dict[str, Any]:
@@ -268,18 +271,26 @@ def _results_change(change: Callable[[Any], Any], **write: Any) -> Callable[[Pat
     return damage
 
 
-def _with_blob(table: Any) -> Any:
-    """An extra column of the run's own, 5 MiB a row: the 82 KB file decodes to 3.6 GB."""
+def _five_mib_on_every_row(rows: int) -> Any:
+    """One 5 MiB string on each of ``rows`` rows, built as the dictionary a parquet writer makes of it.
+
+    Written without Arrow's schema (``store_schema=False``), the file is what a writer of the plain column
+    leaves (a dictionary page holding the string once, and run-length indices) and reads back as plain
+    strings; building the plain column instead costs 3.6 GB and ~15 s of CPU per case.
+    """
     import pyarrow as pa
 
-    return table.append_column("blob", pa.array(["a" * (5 << 20)] * table.num_rows, pa.large_string()))
+    return pa.DictionaryArray.from_arrays(pa.array([0] * rows, pa.int32()), pa.array(["a" * (5 << 20)]))
+
+
+def _with_blob(table: Any) -> Any:
+    """An extra column of the run's own, 5 MiB a row: the 10 KB file decodes to 3.6 GB."""
+    return table.append_column("blob", _five_mib_on_every_row(table.num_rows))
 
 
 def _label_of_5_mib(table: Any) -> Any:
     """The contract's ``target`` column as one 5 MiB label on every row (a dictionary page holds it once)."""
-    import pyarrow as pa
-
-    labels = pa.array(["a" * (5 << 20)] * table.num_rows, pa.large_string())
+    labels = _five_mib_on_every_row(table.num_rows)
     return table.set_column(table.schema.get_field_index("target"), "target", labels)
 
 
@@ -521,6 +532,14 @@ def _not_utf8_name(capsule: Path) -> None:
         handle.write(b"a file whose name is not UTF-8")
 
 
+def _tracker_run_not_utf8(capsule: Path) -> None:
+    """A TensorBoard run folder whose name is not UTF-8: tracker folders are the run's to name, as text."""
+    folder = os.fsencode(capsule) + b"/trackers/tensorboard/r\xff"
+    os.makedirs(folder)
+    with open(folder + b"/events.out.tfevents.1", "wb") as handle:
+        handle.write(b"")
+
+
 def _link_out_of_the_root(project: Path, capsule: Path, outside: Path) -> None:
     (capsule / "test" / "main" / "link.txt").symlink_to(outside / "note.txt")
 
@@ -642,6 +661,13 @@ CASES = [
         shows="bad\\xff.txt",
     ),
     Case(
+        "tracker-folder-name-not-utf8",
+        _on_capsule(_tracker_run_not_utf8),
+        ("capsule.closed_world",),
+        ("capsule.closed_world",),
+        shows="trackers/tensorboard/r\\xff/",
+    ),
+    Case(
         "run-json-lone-surrogate",
         _replace_text("run.json", '"test_id": "main"', '"test_id": "ma\\ud800in"'),
         RUN_JSON,
@@ -715,6 +741,14 @@ CASES = [
         shows="names the merge key",
     ),
     Case(
+        "config-yaml-binary-value",
+        _on_capsule(_config_binary_value),
+        ("capsule.config_hash",),
+        ("capsule.config_hash",),
+        ("evaluation.fresh",),
+        shows="!!binary",
+    ),
+    Case(
         "config-yaml-duplicate-key",
         _on_capsule(_config_key_twice),
         ("capsule.config_hash",),
@@ -743,11 +777,15 @@ CASES = [
     # audits (``error``), capsule.results_table among them.
     Case(  # the run's own column is never decoded: the table holds to its contract
         "results-own-column-decoding-to-3.6-gb",
-        _on_capsule(_results_change(_with_blob, compression="zstd", row_group_size=50)),
+        _on_capsule(
+            _results_change(_with_blob, compression="zstd", row_group_size=50, store_schema=False)
+        ),
     ),
     Case(
         "results-label-column-decoding-to-3.6-gb",
-        _on_capsule(_results_change(_label_of_5_mib, compression="zstd", row_group_size=50)),
+        _on_capsule(
+            _results_change(_label_of_5_mib, compression="zstd", row_group_size=50, store_schema=False)
+        ),
         RESULTS_TABLE,
         RESULTS_TABLE,
         shows="decodes to",

@@ -560,9 +560,15 @@ def test_the_demo_adapter_passes_the_whole_gate_including_a_sealed_capsule(
     run_audits, tmp_path: Path
 ) -> None:
     (tmp_path / "active" / "plan").mkdir(parents=True)
-    outcome = run_audits("plan", tmp_path, "-p", "runaudit.examples.digits.adapter", "-m", "smoke")
+    basetemp = tmp_path / "pytest-temp"
+    outcome = run_audits(
+        "plan", tmp_path, "-p", "runaudit.examples.digits.adapter", "-m", "smoke", f"--basetemp={basetemp}"
+    )
     assert outcome.result.ret == 0, outcome.result.stdout.str()
     assert verdicts(outcome.report) == dict.fromkeys(SMOKE_IDS, "passed")
+    # The roundtrips wrote in folders of their own, since deleted: the session never made pytest's temp
+    # tree, whose cleanup at exit deletes the leftovers of other sessions it finds beside it.
+    assert not basetemp.exists()
 
 
 # -- the second example: a denoising autoencoder whose trainer object is the training state ------------
