@@ -777,9 +777,7 @@ CASES = [
     # audits (``error``), capsule.results_table among them.
     Case(  # the run's own column is never decoded: the table holds to its contract
         "results-own-column-decoding-to-3.6-gb",
-        _on_capsule(
-            _results_change(_with_blob, compression="zstd", row_group_size=50, store_schema=False)
-        ),
+        _on_capsule(_results_change(_with_blob, compression="zstd", row_group_size=50, store_schema=False)),
     ),
     Case(
         "results-label-column-decoding-to-3.6-gb",
