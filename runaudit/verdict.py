@@ -102,14 +102,24 @@ EVIDENCE_DEPTH = 32
 SHOWN_CHARS = 2000
 
 
+# Characters that act on whoever reads the text instead of showing: control codes (an ESC starts a terminal
+# sequence that can retitle the window or hide the line), the Unicode line and paragraph separators, and the
+# bidirectional overrides that make text display in another order than it reads. Tab and newline stay.
+_ACTING = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+
+
 def printable(text: str) -> str:
-    """``text`` as valid UTF-8 that still says what it held: undecodable bytes and lone surrogates escaped.
+    """``text`` as valid UTF-8 that still says what it held, and only shows: undecodable bytes, lone
+    surrogates and characters that act on a terminal or a page (:data:`_ACTING`) escaped.
 
     File names from a box are bytes: Python hands a non-UTF-8 name over as surrogate escapes
     (``b"bad\\xff"`` -> ``"bad\\udcff"``), and a JSON string may carry a lone ``"\\ud800"``. Neither can be
     encoded as UTF-8, so a message, the JSON report or the page holding one would fail to be written.
-    The name is shown as its bytes would be (``bad\\xff``), any other lone surrogate as ``\\ud800``.
+    The name is shown as its bytes would be (``bad\\xff``), any other lone surrogate as ``\\ud800``, an
+    ESC as ``\\x1b``.
     """
+    if _ACTING.search(text) is not None:
+        text = _ACTING.sub(lambda found: found.group().encode("unicode_escape").decode("ascii"), text)
     try:
         text.encode("utf-8")
         return text

@@ -63,6 +63,9 @@ from runaudit.verdict import EVIDENCE_DEPTH, SHOWN_CHARS, printable
 
 MEMORY_CEILING = 4 << 30  # bytes of address space for the session: a runaway read dies, not the host
 DEFAULT_DEADLINE_S = 60
+# What a report or a terminal must never show raw: control codes (an ESC retitles a terminal window or hides
+# a line), the Unicode line separators, bidirectional overrides.
+ACTING = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
 DEEP = 100_000  # past any parser's stack: refused while parsing
 WALKABLE = 900  # parses from a shallow stack, but breaks any walker that recurses once or more per level
 HASH_CACHE = ("cache", "runaudit", "sha256.json")
@@ -532,6 +535,12 @@ def _not_utf8_name(capsule: Path) -> None:
         handle.write(b"a file whose name is not UTF-8")
 
 
+def _png_named_with_a_terminal_escape(capsule: Path) -> None:
+    """An extra vis PNG whose name sets the terminal's title (OSC 0 ... BEL) and breaks the line."""
+    folder = capsule / "test" / "main" / "vis" / "clean" / "input"
+    shutil.copy(next(folder.glob("*.png")), folder / "d\x1b]0;pwned\x07\n.png")
+
+
 def _tracker_run_not_utf8(capsule: Path) -> None:
     """A TensorBoard run folder whose name is not UTF-8: tracker folders are the run's to name, as text."""
     folder = os.fsencode(capsule) + b"/trackers/tensorboard/r\xff"
@@ -659,6 +668,13 @@ CASES = [
         ("capsule.closed_world",),
         ("capsule.closed_world",),
         shows="bad\\xff.txt",
+    ),
+    Case(
+        "vis-png-name-with-a-terminal-escape",
+        _on_capsule(_png_named_with_a_terminal_escape),
+        ("capsule.vis_coverage[main]",),
+        ("capsule.vis_coverage[main]",),
+        shows="d\\x1b]0;pwned\\x07",
     ),
     Case(
         "tracker-folder-name-not-utf8",
@@ -1045,6 +1061,13 @@ def test_hostile_input_reaches_verdicts_and_a_report(
     crashed = [(item["audit"], item["message"]) for item in report["verdicts"] if item["verdict"] == "error"]
     broken = [(item["audit"], item["message"]) for item in report["verdicts"] if "\n" in item["message"]]
     assert not broken, f"{case.id}: messages of more than one line: {broken[:3]}"
+    acting = [
+        (item["audit"], item["subject"], item["message"])
+        for item in report["verdicts"]
+        if ACTING.search(item["subject"] + item["message"])
+    ]
+    assert not acting, f"{case.id}: control characters shown raw: {acting[:3]}"
+    assert not ACTING.search(output), f"{case.id}: control characters printed raw to the terminal"
     assert not crashed, f"{case.id}: audits crashed on the damage instead of judging it: {crashed[:5]}"
     for owner in case.owners:
         verdicts = _verdicts_of(report, owner)
