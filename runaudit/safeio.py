@@ -105,3 +105,24 @@ def is_regular(path: Path | str) -> bool:
         return stat.S_ISREG(os.lstat(path).st_mode)
     except OSError:
         return False
+
+
+def cache_file(root: Path, name: str) -> Path | None:
+    """``<root>/cache/runaudit/<name>``, or None when a folder on the way is a link or not a folder.
+
+    The project's caches are regenerable and only save time, so one that cannot be used is skipped, never
+    a failed audit: a ``cache/`` linked elsewhere would make a session write outside the project, and a
+    file in a folder's place would fail every save.
+    """
+    folder = root
+    for part in ("cache", "runaudit"):
+        folder = folder / part
+        try:
+            mode = os.lstat(folder).st_mode
+        except FileNotFoundError:
+            continue
+        except OSError:
+            return None
+        if not stat.S_ISDIR(mode):
+            return None
+    return folder / name

@@ -109,6 +109,27 @@ def _hash_cache(project: Path) -> Path:
     return project.joinpath(*HASH_CACHE)
 
 
+def _cache_replaced(name: str, by: str) -> Damage:
+    """``cache/runaudit/<name>`` (``name`` "" for the folder itself) replaced by a folder, a file, or a link
+    to a folder outside the project: the caches only save time, so each costs a fresh hash and nothing else.
+    """
+
+    def damage(project: Path, capsule: Path, outside: Path) -> None:
+        path = project.joinpath(*HASH_CACHE[:-1], name) if name else project.joinpath(*HASH_CACHE[:-1])
+        if path.is_dir():
+            shutil.move(path, outside / "moved-cache")
+        else:
+            path.unlink(missing_ok=True)
+        if by == "folder":
+            path.mkdir()
+        elif by == "file":
+            path.write_text("not a folder")
+        else:
+            path.symlink_to(outside / "moved-cache", target_is_directory=True)
+
+    return damage
+
+
 def _yaml_bomb(capsule: Path) -> None:
     """Billion laughs: nine aliases of nine aliases ... (10^9 leaves once expanded, a few hundred bytes)."""
     lines = ['a0: &a0 ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]']
@@ -661,6 +682,10 @@ CASES = [
         regenerable=True,
     ),
     Case("hash-cache-entry-without-digest", _cache_entry_without_digest, regenerable=True),
+    Case("hash-cache-is-a-folder", _cache_replaced("sha256.json", "folder"), regenerable=True),
+    Case("inspection-cache-is-a-folder", _cache_replaced("inspections.json", "folder"), regenerable=True),
+    Case("cache-folder-is-a-file", _cache_replaced("", "file"), regenerable=True),
+    Case("cache-folder-links-out-of-the-project", _cache_replaced("", "link"), regenerable=True),
     # 2. names and strings that have no UTF-8 form
     Case(
         "file-name-not-utf8",
