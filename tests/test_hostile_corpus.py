@@ -473,6 +473,34 @@ def _on_project(damage: Callable[[Path], object]) -> Damage:
     return apply
 
 
+def _run_json_change(change: Callable[[dict[str, Any]], object]) -> Damage:
+    """run.json rewritten as ``change`` leaves its parsed document."""
+
+    def apply(project: Path, capsule: Path, outside: Path) -> None:
+        document = json.loads((capsule / "run.json").read_text())
+        change(document)
+        (capsule / "run.json").write_text(json.dumps(document, indent=2))
+
+    return apply
+
+
+def _selection_change(change: Callable[[dict[str, Any]], object]) -> Damage:
+    """The test's selection rewritten as ``change`` leaves it, and bound again by run.json (a run that
+    wrote it so): only the selection's own contract can refuse it."""
+
+    def apply(project: Path, capsule: Path, outside: Path) -> None:
+        document = json.loads((capsule / "run.json").read_text())
+        [selection] = document["selections"]
+        path = project / "_trust" / "selections" / f"{selection['selection_id']}.json"
+        content = json.loads(path.read_text())
+        change(content)
+        path.write_text(json.dumps(content))
+        selection["sha256"] = hashlib.sha256(path.read_bytes()).hexdigest()
+        (capsule / "run.json").write_text(json.dumps(document, indent=2))
+
+    return apply
+
+
 def _write(where: Callable[[Path, Path], Path], data: bytes) -> Damage:
     """Replace (or create) the file ``where(project, capsule)`` with ``data``."""
 
@@ -780,6 +808,35 @@ CASES = [
         ("capsule.config_hash",),
         ("capsule.config_hash",),
         shows="names the merge key",
+    ),
+    # 4. declarations past the contract's bounds: each becomes audit cases, or a read of every entry
+    Case(
+        "run-json-100k-conditions",
+        _run_json_change(lambda run: run["tests"][0].update(conditions=[f"c{i}" for i in range(100_000)])),
+        ("capsule.run_json_schema",),
+        ("capsule.run_json_schema",),
+    ),
+    Case(
+        "run-json-5000-tests",
+        _run_json_change(
+            lambda run: run.update(tests=[dict(run["tests"][0], test_id=f"t{i}") for i in range(5000)])
+        ),
+        ("capsule.run_json_schema",),
+        ("capsule.run_json_schema",),
+    ),
+    Case(
+        "selection-2m-ids",
+        _selection_change(lambda selection: selection.update(sample_ids=[f"x{i}" for i in range(2_000_000)])),
+        ("capsule.selection[main]",),
+        ("capsule.selection[main]",),
+        ("capsule.vis_coverage[main]",),
+    ),
+    Case(
+        "selection-id-breaking-its-pattern",
+        _selection_change(lambda selection: selection["sample_ids"].__setitem__(0, "~d0000")),
+        ("capsule.selection[main]",),
+        ("capsule.selection[main]",),
+        ("capsule.vis_coverage[main]",),
     ),
     Case(
         "config-yaml-binary-value",
