@@ -501,6 +501,21 @@ def _selection_change(change: Callable[[dict[str, Any]], object]) -> Damage:
     return apply
 
 
+def _split_path_of_5_mib(project: Path, capsule: Path, outside: Path) -> None:
+    """The bound split manifest's ``path`` column as one 5 MiB string on every row (a few KB of file that
+    decode to gigabytes), bound again by run.json."""
+    import pyarrow.parquet as pq
+
+    document = json.loads((capsule / "run.json").read_text())
+    path = project / "_trust" / "splits" / f"{document['split']['split_id']}.parquet"
+    table = pq.read_table(path)
+    paths = _five_mib_on_every_row(table.num_rows)
+    table = table.set_column(table.schema.get_field_index("path"), "path", paths)
+    pq.write_table(table, path, compression="zstd", row_group_size=50, store_schema=False)
+    document["split"]["manifest_sha256"] = hashlib.sha256(path.read_bytes()).hexdigest()
+    (capsule / "run.json").write_text(json.dumps(document, indent=2))
+
+
 def _write(where: Callable[[Path, Path], Path], data: bytes) -> Damage:
     """Replace (or create) the file ``where(project, capsule)`` with ``data``."""
 
@@ -884,6 +899,13 @@ CASES = [
         ),
         RESULTS_TABLE,
         RESULTS_TABLE,
+        shows="decodes to",
+    ),
+    Case(
+        "split-manifest-path-decoding-to-gigabytes",
+        _split_path_of_5_mib,
+        ("leakage.split_provenance",),
+        downstream=("leakage.cross_split_bytes", "leakage.group_overlap"),
         shows="decodes to",
     ),
     Case(
