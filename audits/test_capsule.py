@@ -15,9 +15,8 @@ from runaudit.capsule import CHECKPOINT_FILES, checkpoint_file
 from runaudit.fixtures.verdicts import AuditRecorder
 from runaudit.history import train_csv_problems
 from runaudit.ids import casefold_collisions, duplicates, is_safe_id
-from runaudit.reader import CapsuleReader
+from runaudit.reader import CapsuleReader, Unavailable
 from runaudit.run import DeclaredMetric, DeclaredTest, Run
-from runaudit.safeio import is_regular, open_regular
 from runaudit.schema import schema_problems
 
 pytestmark = pytest.mark.custody
@@ -317,22 +316,20 @@ def _split_test_ids(
     run: Run, capsule: CapsuleReader, audit: AuditRecorder, test: DeclaredTest
 ) -> tuple[Any, str]:
     """The ids of the test split (an Arrow array): from the bound split manifest, else results.parquet."""
-    split = run.get("split")
-    split_id = split.get("split_id") if isinstance(split, Mapping) else None
-    if is_safe_id(split_id):
-        rel = f"_trust/splits/{split_id}.parquet"
-        manifest = run.trust_path("splits", f"{split_id}.parquet")
-        if is_regular(manifest):
-            import pyarrow.compute as pc
-            import pyarrow.parquet as pq
+    from runaudit.splits import load_manifest
 
-            try:
-                with open_regular(manifest) as handle:  # a FIFO swapped in is refused, never waited on
-                    table = pq.read_table(handle, columns=["sample_id", "split"])
-                return table.filter(pc.equal(table.column("split"), test.split)).column("sample_id"), rel
-            except Exception as exc:  # pyarrow raises several unrelated types for a bad file
-                # The manifest is the leakage audits' input; the scored test items still bound the selection.
-                audit.evidence(split_manifest_problem=f"{rel} is unreadable: {exc}")
+    if isinstance(run.get("split"), Mapping):
+        try:
+            manifest = load_manifest(run)  # read once, within its contract, as the leakage audits read it
+        except Unavailable as exc:
+            # The manifest is the leakage audits' input; the scored test items still bound the selection.
+            audit.evidence(split_manifest_problem=str(exc))
+        else:
+            if test.split in manifest.split_rows:
+                return manifest.column("sample_id", test.split), manifest.rel
+            import pyarrow as pa
+
+            return pa.array([], pa.string()), manifest.rel  # a split the manifest has no rows of
     table = audit.need(capsule.results, test)
     return table.column("sample_id"), f"{test.folder}/results.parquet"
 

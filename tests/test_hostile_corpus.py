@@ -501,19 +501,49 @@ def _selection_change(change: Callable[[dict[str, Any]], object]) -> Damage:
     return apply
 
 
-def _split_path_of_5_mib(project: Path, capsule: Path, outside: Path) -> None:
-    """The bound split manifest's ``path`` column as one 5 MiB string on every row (a few KB of file that
-    decode to gigabytes), bound again by run.json."""
-    import pyarrow.parquet as pq
+def _split_change(change: Callable[[Any], Any], **write: Any) -> Damage:
+    """The bound split manifest rewritten as ``change(table)`` (``write``: pyarrow's write options), and
+    bound again by run.json: only the manifest's own contract can refuse it."""
 
-    document = json.loads((capsule / "run.json").read_text())
-    path = project / "_trust" / "splits" / f"{document['split']['split_id']}.parquet"
-    table = pq.read_table(path)
-    paths = _five_mib_on_every_row(table.num_rows)
-    table = table.set_column(table.schema.get_field_index("path"), "path", paths)
-    pq.write_table(table, path, compression="zstd", row_group_size=50, store_schema=False)
-    document["split"]["manifest_sha256"] = hashlib.sha256(path.read_bytes()).hexdigest()
-    (capsule / "run.json").write_text(json.dumps(document, indent=2))
+    def apply(project: Path, capsule: Path, outside: Path) -> None:
+        import pyarrow.parquet as pq
+
+        document = json.loads((capsule / "run.json").read_text())
+        path = project / "_trust" / "splits" / f"{document['split']['split_id']}.parquet"
+        pq.write_table(change(pq.read_table(path)), path, **write)
+        document["split"]["manifest_sha256"] = hashlib.sha256(path.read_bytes()).hexdigest()
+        (capsule / "run.json").write_text(json.dumps(document, indent=2))
+
+    return apply
+
+
+def _split_column(name: str, values: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """A split manifest table with column ``name`` replaced by ``values(table)`` (added when absent)."""
+
+    def change(table: Any) -> Any:
+        index = table.schema.get_field_index(name)
+        column = values(table)
+        return table.append_column(name, column) if index < 0 else table.set_column(index, name, column)
+
+    return change
+
+
+def _as_lists(column: str) -> Callable[[Any], Any]:
+    def values(table: Any) -> Any:
+        import pyarrow as pa
+
+        return pa.array([[value] for value in table.column(column).to_pylist()])
+
+    return values
+
+
+def _as_structs(column: str) -> Callable[[Any], Any]:
+    def values(table: Any) -> Any:
+        import pyarrow as pa
+
+        return pa.array([{"id": value} for value in table.column(column).to_pylist()])
+
+    return values
 
 
 def _write(where: Callable[[Path, Path], Path], data: bytes) -> Damage:
@@ -903,10 +933,29 @@ CASES = [
     ),
     Case(
         "split-manifest-path-decoding-to-gigabytes",
-        _split_path_of_5_mib,
+        _split_change(
+            _split_column("path", lambda table: _five_mib_on_every_row(table.num_rows)),
+            compression="zstd",
+            row_group_size=50,
+            store_schema=False,
+        ),
         ("leakage.split_provenance",),
         downstream=("leakage.cross_split_bytes", "leakage.group_overlap"),
         shows="decodes to",
+    ),
+    *(
+        Case(
+            f"split-manifest-{column}-as-{kind}",
+            _split_change(_split_column(column, make(column))),
+            ("leakage.split_provenance",),
+            downstream=("leakage.cross_split_bytes", "leakage.group_overlap"),
+            shows=f"column {column} holds",
+        )
+        for column, kind, make in (
+            ("split", "lists", _as_lists),
+            ("sample_id", "structs", _as_structs),
+            ("group", "structs", lambda column: _as_structs("sample_id")),
+        )
     ),
     Case(
         "results-sample-id-twice",
