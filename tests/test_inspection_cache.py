@@ -130,3 +130,22 @@ def test_a_nan_planted_after_a_cached_audit_is_still_caught(project: Path, tmp_p
         if item["audit"] == "checkpoint.finite" and "best" in item["subject"]
     ]
     assert [item["verdict"] for item in finite] == ["failed"] and name in finite[0]["message"]
+
+
+def test_fresh_hashes_inspect_the_bytes_and_never_read_a_remembered_inspection(
+    project: Path, tmp_path: Path
+) -> None:
+    """A forged cache entry (here: a clean checkpoint remembered as holding a NaN) reaches a cached session
+    and never a fresh one, which is what verify and receipts run."""
+    _custody_session(project, tmp_path / "first")
+    cache = json.loads((project / CACHE).read_text())
+    for entry in cache["entries"].values():
+        entry["nonfinite"] = ["model.forged"]
+    (project / CACHE).write_text(json.dumps(cache))
+
+    def finite(report: dict) -> set[str]:
+        return {item["verdict"] for item in report["verdicts"] if item["audit"] == "checkpoint.finite"}
+
+    assert finite(_custody_session(project, tmp_path / "cached")[1]) == {"failed"}  # the cache is read
+    fresh = _custody_session(project, tmp_path / "fresh", "--runaudit-fresh-hashes")[1]
+    assert finite(fresh) == {"passed"}
