@@ -528,20 +528,13 @@ def _split_column(name: str, values: Callable[[Any], Any]) -> Callable[[Any], An
     return change
 
 
-def _as_lists(column: str) -> Callable[[Any], Any]:
+def _each_wrapped(column: str, wrap: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """Column ``column``'s values, each wrapped by ``wrap`` (in a list, in a struct)."""
+
     def values(table: Any) -> Any:
         import pyarrow as pa
 
-        return pa.array([[value] for value in table.column(column).to_pylist()])
-
-    return values
-
-
-def _as_structs(column: str) -> Callable[[Any], Any]:
-    def values(table: Any) -> Any:
-        import pyarrow as pa
-
-        return pa.array([{"id": value} for value in table.column(column).to_pylist()])
+        return pa.array([wrap(value) for value in table.column(column).to_pylist()])
 
     return values
 
@@ -952,9 +945,9 @@ CASES = [
             shows=f"column {column} holds",
         )
         for column, kind, make in (
-            ("split", "lists", _as_lists),
-            ("sample_id", "structs", _as_structs),
-            ("group", "structs", lambda column: _as_structs("sample_id")),
+            ("split", "lists", lambda column: _each_wrapped(column, lambda value: [value])),
+            ("sample_id", "structs", lambda column: _each_wrapped(column, lambda value: {"id": value})),
+            ("group", "structs", lambda column: _each_wrapped("sample_id", lambda value: {"id": value})),
         )
     ),
     Case(
