@@ -41,3 +41,15 @@ def test_a_document_changed_after_validation_is_judged_again() -> None:
     assert schema_problems("pull", manifest) != first
     manifest["files"] = []
     assert schema_problems("pull", manifest) == first
+
+
+def test_the_run_schema_bounds_the_lists_the_run_object_parametrizes_over() -> None:
+    """runaudit.run uses no declared list past the bound the schema fails it at: the two never drift apart."""
+    from runaudit.run import MAX_CONDITIONS, MAX_METRICS, MAX_ROLES, MAX_TESTS
+
+    schema = load_schema("run")
+    test = schema["$defs"]["test"]["properties"]
+    assert schema["properties"]["tests"]["maxItems"] == MAX_TESTS
+    assert test["conditions"]["allOf"][1]["maxItems"] == MAX_CONDITIONS
+    assert test["roles"]["allOf"][1]["maxItems"] == MAX_ROLES
+    assert schema["properties"]["protocol"]["properties"]["metrics"]["maxItems"] == MAX_METRICS
