@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from runaudit.capsule import TRACKERS
 from runaudit.claims import metric_claims, run_claim
 from runaudit.fixtures.verdicts import AuditRecorder
 from runaudit.history import History, load_history
@@ -484,6 +485,13 @@ def test_tracker_agrees(
     keeps each metric's declared direction. Read with the trackers' own reader and protobuf; a disagreement
     is disclosed: the chart and the capsule show different runs."""
     history = _history(audit, run, capsule)
+    refused = capsule.inventory.refused_under(TRACKERS)
+    if refused:  # a log that is a FIFO, a link or too deep is there but unreadable: never "no logs"
+        audit.evidence(refused=list(refused[:20]))
+        audit.not_run(
+            f"run {run.run_id}: trackers/ holds what the capsule contract refuses: {', '.join(refused[:3])}"
+            f"{' …' if len(refused) > 3 else ''} (reported by capsule.forbidden_paths and capsule.closed_world)"
+        )
     if tracker_run is None:
         audit.not_applicable("the capsule seals no tracker logs (trackers/tensorboard/, trackers/wandb/)")
     from runaudit.trackers import (

@@ -250,7 +250,16 @@ def test_temporal_order(run: Run, audit: AuditRecorder) -> None:
     times = time_values(manifest)
     if times is None:
         audit.not_run(f"{manifest.rel}: the time column holds neither timestamps nor numbers")
+    untimed = {name: int(np.sum(~np.isfinite(values))) for name, values in times.items()}
+    if any(untimed.values()):
+        audit.evidence(untimed=untimed)
+        audit.not_run(
+            f"{manifest.rel}: rows with no finite time (null, NaN or ±inf): {_counts(untimed)}; their order "
+            "against the other splits cannot be checked"
+        )
     present = {name: values for name, values in times.items() if len(values)}
+    if not present:
+        audit.not_run(f"{manifest.rel}: no split holds a row to order in time")
     latest = {name: float(values.max()) for name, values in present.items()}
     earliest = {name: float(values.min()) for name, values in present.items()}
     violations: dict[str, int] = {}

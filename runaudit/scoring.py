@@ -153,6 +153,10 @@ class TestWriter:
         columns["forward_finite"] = (
             self._vector("forward_finite", forward_finite, count, bool) if finite_given else finite
         )
+        if finite_given and (columns["forward_finite"] & ~finite).any():
+            raise WriterError(
+                f"test {self.test_id} {condition}: forward_finite is true for an output holding NaN or ±inf"
+            )
         metric_finite = np.ones(count, dtype=bool)
         for name in metrics:
             metric_finite &= np.isfinite(columns[f"m.{name}"])

@@ -295,6 +295,23 @@ def _results_change(change: Callable[[Any], Any], **write: Any) -> Callable[[Pat
     return damage
 
 
+def _output_not_finite(table: Any) -> Any:
+    """Every ``output`` vector opening with NaN and inf, on rows still marked ``forward_finite``."""
+    import pyarrow as pa
+
+    vectors = [[float("nan"), float("inf"), *vector[2:]] for vector in table["output"].to_pylist()]
+    return table.set_column(
+        table.schema.get_field_index("output"), "output", pa.array(vectors, pa.list_(pa.float32()))
+    )
+
+
+def _times_not_finite(table: Any) -> Any:
+    """A split manifest ``time`` column of NaN and inf only: no row can be placed in time."""
+    import pyarrow as pa
+
+    return pa.array([float("nan") if row % 2 else float("inf") for row in range(table.num_rows)])
+
+
 def _five_mib_on_every_row(rows: int) -> Any:
     """One 5 MiB string on each of ``rows`` rows, built as the dictionary a parquet writer makes of it.
 
@@ -636,6 +653,17 @@ def _tracker_run_not_utf8(capsule: Path) -> None:
         handle.write(b"")
 
 
+def _tracker_log(where: str, make: Callable[[Path], object]) -> Callable[[Path], None]:
+    """A TensorBoard event file at ``trackers/tensorboard/<where>`` made by ``make(path)``."""
+
+    def damage(capsule: Path) -> None:
+        path = capsule / "trackers" / "tensorboard" / where / "events.out.tfevents.1.host"
+        path.parent.mkdir(parents=True)
+        make(path)
+
+    return damage
+
+
 def _link_out_of_the_root(project: Path, capsule: Path, outside: Path) -> None:
     (capsule / "test" / "main" / "link.txt").symlink_to(outside / "note.txt")
 
@@ -772,7 +800,24 @@ CASES = [
         _on_capsule(_tracker_run_not_utf8),
         ("capsule.closed_world",),
         ("capsule.closed_world",),
+        downstream=("history.tracker_agrees",),
         shows="trackers/tensorboard/r\\xff/",
+    ),
+    # A tracker log that is there but unreadable: history.tracker_agrees said "the capsule seals no tracker
+    # logs" (not_applicable), as if it had nothing to check.
+    Case(
+        "tracker-log-a-fifo",
+        _on_capsule(_tracker_log("run1", os.mkfifo)),
+        ("capsule.forbidden_paths",),
+        ("capsule.forbidden_paths",),
+        downstream=("history.tracker_agrees",),
+    ),
+    Case(
+        "tracker-log-too-deep",
+        _on_capsule(_tracker_log("a/b/c/d/e/f", lambda path: path.write_bytes(b""))),
+        ("capsule.closed_world",),
+        ("capsule.closed_world",),
+        downstream=("history.tracker_agrees",),
     ),
     Case(
         "run-json-lone-surrogate",
@@ -949,6 +994,20 @@ CASES = [
             ("sample_id", "structs", lambda column: _each_wrapped(column, lambda value: {"id": value})),
             ("group", "structs", lambda column: _each_wrapped("sample_id", lambda value: {"id": value})),
         )
+    ),
+    Case(  # collapse.output_cosine computed "cosine nan" over outputs the table called finite
+        "results-output-not-finite",
+        _on_capsule(_results_change(_output_not_finite)),
+        RESULTS_TABLE,
+        RESULTS_TABLE,
+        downstream=("collapse.output_cosine",),
+        shows="NaN, ±inf or null although forward_finite is true",
+    ),
+    Case(  # leakage.temporal_order passed on times of only NaN and inf, its message cut after a colon
+        "split-manifest-time-not-finite",
+        _split_change(_split_column("time", _times_not_finite)),
+        ("leakage.temporal_order",),
+        shows="no finite time",
     ),
     Case(
         "results-sample-id-twice",

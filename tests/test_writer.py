@@ -179,6 +179,27 @@ def test_a_metric_without_per_item_values_is_refused(writer: RunWriter) -> None:
     assert not (writer.folder / "test").exists() and not (writer.folder / ".staging-main").exists()
 
 
+def test_a_finite_forward_with_a_non_finite_output_is_refused(writer: RunWriter) -> None:
+    """``forward_finite`` is what the collapse probes trust to leave broken outputs out: a row claiming it
+    over a NaN output is refused where it is written, not first at the audit."""
+    ids = _scored_writer(writer)
+    outputs = np.ones((4, 3), dtype=np.float32)
+    outputs[2, 1] = np.nan
+    with (
+        pytest.raises(WriterError, match="forward_finite is true for an output holding NaN"),
+        writer.test(sample_ids=ids) as test,
+    ):
+        test.score(
+            "clean",
+            ids,
+            accuracy=[1, 0, 1, 1],
+            loss=[0.1, 0.2, 0.3, 0.4],
+            output=outputs,
+            forward_finite=[True] * 4,
+        )
+    assert not (writer.folder / "test").exists()
+
+
 def test_an_undeclared_role_or_unselected_sample_is_refused(writer: RunWriter) -> None:
     ids = _scored_writer(writer)
     with writer.test(sample_ids=ids, roles=["input"]) as test:
