@@ -193,6 +193,28 @@ def test_a_results_table_of_millions_of_rows_is_refused_and_never_probed(
         assert CONTRACT_FAILED in probe["message"] and probe["message"].endswith(BY_RESULTS_TABLE), probe
 
 
+def test_non_finite_outputs_are_found_in_every_window_of_every_chunk(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The output finiteness check reads a few rows at a time (a table at the reader's size cap would need
+    gigabytes of element masks at once): a NaN, an inf or a null element is found whichever chunk and
+    window holds it, and a row marked not forward_finite is left to its flag."""
+    from runaudit import results
+
+    monkeypatch.setattr(results, "OUTPUT_WINDOW", 5)  # two rows of two elements a window
+    outputs = pa.chunked_array(
+        [
+            pa.array([[1.0, 2.0], [3.0, float("nan")], [4.0, 5.0]]),
+            pa.array([[1.0, 2.0], [None, 1.0], [4.0, 5.0], [float("inf"), 0.0]]),
+        ]
+    )
+    finite = [True, True, True, True, False, True, True]
+    table = pa.table({"output": outputs, "forward_finite": finite})
+    assert results._output_finiteness_problems(table) == [
+        "2 row(s) have an output vector holding NaN, ±inf or null although forward_finite is true"
+    ]
+    finite[1] = finite[6] = False
+    assert results._output_finiteness_problems(pa.table({"output": outputs, "forward_finite": finite})) == []
+
+
 def test_wrong_column_types_leave_the_probes_not_run(run_audits, project: Path, capsule_dir: Path) -> None:
     path = capsule_dir / RESULTS
     table = pq.read_table(path)
