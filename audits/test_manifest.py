@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from runaudit import manifest as manifests
+from runaudit.capsule import UNLISTED
 from runaudit.fixtures.custody import Custody
 from runaudit.fixtures.verdicts import AuditRecorder
 from runaudit.hashing import HashCache
@@ -112,6 +113,7 @@ def test_path_safety(run: Run, custody: Custody, audit: AuditRecorder) -> None:
         problems.append(custody.tree.detour)
     problems += [f"{rel} is a symlink" for rel in custody.tree.symlinks]
     problems += [f"{rel} is a special file" for rel in custody.tree.specials]
+    problems += [f"{rel}/ was not listed ({UNLISTED})" for rel in custody.tree.unlisted]
     capsule = (run.holder / run.run_id).resolve()
     for entry in manifest.entries_of(run.run_id):
         target = run.holder / str(entry["path"])

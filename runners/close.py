@@ -11,6 +11,7 @@ the sealed names leave ``active/<id>``: the workspace can never rewrite a sealed
 from __future__ import annotations
 
 import argparse
+import contextlib
 import fcntl
 import json
 import os
@@ -26,12 +27,13 @@ from typing import Any
 from runaudit.atomic import fsync_dir, write_bytes_atomic, write_json_atomic
 from runaudit.capsule import CHECKPOINT_FILES, CHECKPOINT_ROLES, TRACKERS, checkpoint_file
 from runaudit.clock import attempt_id, utc_now
-from runaudit.hashing import sha256_file
+from runaudit.hashing import sha256_file, stat_key
 from runaudit.ids import is_safe_id
 from runaudit.manifest import load_json
 from runaudit.runners.suite import failures, run_suites
 from runaudit.safeio import JSON_CAP, read_regular
 from runaudit.usage import Refusal, existing_dir
+from runaudit.verdict import printable
 from runaudit.workspace import LOCK_FILE, try_lock
 
 CLOSURE_GATES = ("test_capsule.py", "test_checkpoint.py")
@@ -102,9 +104,29 @@ def seal_bindings(draft: dict[str, Any], candidate: Path, root: Path) -> dict[st
     return sealed
 
 
+def working_folder(parent: Path, name: str) -> Path:
+    """``parent/name``, a real folder, made where missing: runaudit's own ``export/.partial/`` and
+    ``quarantine/``.
+
+    A link (or a file) in their place would build the candidate, or move a refused one, wherever it
+    points: it is refused, never followed. (``export/`` itself may be a link the user made to another
+    disk; the candidate is then copied there.)
+    """
+    path = parent / name
+    with contextlib.suppress(FileExistsError):
+        os.mkdir(path)
+    mode = os.lstat(path).st_mode
+    if not stat.S_ISDIR(mode):
+        found = "a symlink" if stat.S_ISLNK(mode) else "not a folder"
+        raise CloseError(
+            f"close: {path} is {found}; runaudit builds and quarantines candidates only in folders of its "
+            "own. Nothing was sealed or quarantined"
+        )
+    return path
+
+
 def quarantine(candidate: Path, root: Path, run_id: str, reason: str, report: dict[str, Any] | None) -> Path:
-    target = root / "quarantine" / f"{run_id}--{attempt_id()}"
-    target.parent.mkdir(parents=True, exist_ok=True)
+    target = working_folder(root, "quarantine") / f"{run_id}--{attempt_id()}"
     os.rename(candidate, target)
     fsync_dir(target.parent)
     write_bytes_atomic(target / REASON_FILE, (reason.rstrip() + "\n").encode("utf-8"))
@@ -167,6 +189,39 @@ def _place(active: Path, candidate: Path, names: list[str], *, link: bool) -> No
             os.link(source, target, follow_symlinks=False)
         else:
             shutil.copy2(source, target, follow_symlinks=False)
+
+
+def _stat_keys(folder: Path) -> dict[str, list[int]]:
+    """The stat key of every entry below ``folder`` (links and folders too), walked without following links.
+
+    The candidate's files are hard links to ``active/<id>``: a writer that ignores the workspace lock and
+    changes one in place while the audits read it changes the sealed bytes too, and its key with them.
+    """
+    keys: dict[str, list[int]] = {}
+    pending = [folder]
+    while pending:
+        with os.scandir(pending.pop()) as listing:
+            for entry in listing:
+                info = entry.stat(follow_symlinks=False)
+                keys[os.path.relpath(entry.path, folder)] = stat_key(info)
+                if stat.S_ISDIR(info.st_mode):
+                    pending.append(Path(entry.path))
+    return keys
+
+
+def _changed_while_audited(candidate: Path, audited: dict[str, list[int]]) -> list[str]:
+    """Entries of the candidate that are not what the audits read: what is sealed is what was audited."""
+    try:
+        now = _stat_keys(candidate)
+    except OSError as exc:
+        return [f"the candidate could not be listed again after its audits ({_one_line(exc)})"]
+    changed = sorted(rel for rel in audited.keys() | now.keys() if audited.get(rel) != now.get(rel))
+    if not changed:
+        return []
+    return [
+        f"{len(changed)} file(s) changed while the candidate was audited ({printable(', '.join(changed[:3]))}): a writer "
+        f"ignored {LOCK_FILE}; close again once it has stopped"
+    ]
 
 
 def _release_sealed_names(active: Path, final: Path, log: Callable[[str], None]) -> None:
@@ -272,6 +327,7 @@ def close_run(root: Path, run_id: str, *, log: Callable[[str], None] = lambda li
         )
     try:
         draft = _draft(active, run_id)  # read under the lock: no writer can finish in between
+        working_folder(root, "quarantine")  # refused now, before any audit, rather than after them
         with _locked(root / "export"):
             return _seal(root, run_id, draft, log)
     finally:
@@ -296,13 +352,13 @@ def _draft(active: Path, run_id: str) -> dict[str, Any]:
 
 def _seal(root: Path, run_id: str, draft: dict[str, Any], log: Callable[[str], None]) -> CloseResult:
     active, exports = root / "active" / run_id, root / "export"
-    final, candidate = exports / run_id, exports / ".partial" / run_id
+    final, candidate = exports / run_id, working_folder(exports, ".partial") / run_id
     if os.path.lexists(candidate):
         _discard(candidate)  # never sealed, never read: it held links into active/ or copies of it
         log(f"close {run_id}: removed a stale candidate left by an interrupted close")
     names = _sealed_entries(active)
     try:
-        candidate.mkdir(parents=True)
+        candidate.mkdir()
         link = _can_link(active, candidate)
         if not link:
             require_room(_bytes_below(active, names), shutil.disk_usage(candidate).free, exports)
@@ -310,10 +366,12 @@ def _seal(root: Path, run_id: str, draft: dict[str, Any], log: Callable[[str], N
         _place(active, candidate, names, link=link)
         write_json_atomic(candidate / "run.json", seal_bindings(draft, candidate, root))
         fsync_dir(candidate)
-    except OSError as exc:
+        audited = _stat_keys(candidate)
+    except (OSError, RecursionError) as exc:
         _discard(candidate)
+        why = _one_line(exc) if isinstance(exc, OSError) else "a folder nests deeper than can be copied"
         raise CloseError(
-            f"close {run_id}: building the candidate failed: {_one_line(exc)}; nothing was sealed or "
+            f"close {run_id}: building the candidate failed: {why}; nothing was sealed or "
             f"quarantined and {active} is untouched"
         ) from None
 
@@ -329,12 +387,18 @@ def _seal(root: Path, run_id: str, draft: dict[str, Any], log: Callable[[str], N
             "nothing was sealed or quarantined"
         )
     problems = failures(report)
+    if not problems:
+        problems = _changed_while_audited(candidate, audited)
     if not problems and final.exists():
         problems = [f"{final} appeared while the candidate was audited; it is never overwritten"]
     if problems:
         reason = f"close {run_id} refused at {utc_now()}: {len(problems)} closure audit(s) did not pass\n"
         reason += "".join(f"- {line}\n" for line in problems)
-        target = quarantine(candidate, root, run_id, reason, report)
+        try:
+            target = quarantine(candidate, root, run_id, reason, report)
+        except CloseError:
+            _discard(candidate)
+            raise
         return CloseResult(run_id, False, target, reason, report)
     os.rename(candidate, final)
     fsync_dir(exports)

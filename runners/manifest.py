@@ -62,9 +62,7 @@ def build_manifest(
         if (exports / run_id).is_symlink() or not (exports / run_id).is_dir():
             raise ManifestError(f"{exports / run_id} is not a capsule directory")
         tree = manifests.local_tree(exports, run_id)
-        refused = [f"{rel} (symlink)" for rel in tree.symlinks] + [
-            f"{rel} (special file)" for rel in tree.specials
-        ]
+        refused = tree.refusals()
         refused += [f"{rel} (*.tmp residue)" for rel in tree.files if rel.endswith(".tmp")]
         refused += [f"{' / '.join(group)} (case-fold collision)" for group in casefold_collisions(tree.files)]
         if refused:

@@ -345,3 +345,85 @@ def test_a_fifo_in_place_of_the_writers_lock_is_one_line_not_a_hang(
     (line,) = refusals(capsys.readouterr().err)
     assert "cannot lock" in line and ".writer.lock" in line, line
     assert not (root / "export" / RUN_ID).exists()
+
+
+@pytest.mark.parametrize("folder", ["export/.partial", "quarantine"])
+def test_a_working_folder_linked_out_of_the_project_is_refused_never_followed(
+    root: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], folder: str
+) -> None:
+    """``export/.partial`` or ``quarantine/`` as a symlink once took the candidate's links of every sealed
+    byte (and the refused attempt's report) to wherever it pointed."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (root / folder).parent.mkdir(parents=True, exist_ok=True)
+    (root / folder).symlink_to(outside, target_is_directory=True)
+    (root / "active" / RUN_ID / "test" / "main" / "stray.txt").write_text("x")  # capsule.closed_world refuses
+
+    assert close(root) == 2
+    (line,) = refusals(capsys.readouterr().err)
+    assert f"{root / folder} is a symlink" in line
+    assert list(outside.iterdir()) == []
+    assert (
+        not (root / "export" / RUN_ID).exists() and not quarantined(root) if folder != "quarantine" else True
+    )
+
+
+def test_a_file_written_while_the_candidate_is_audited_is_never_sealed(
+    root: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The candidate hard-links active/'s files: a writer ignoring the workspace lock appended a row to
+    train.csv after the audits had read it, and the close sealed the unaudited row."""
+    from runaudit.runners import close as closing
+
+    audit = closing.run_suites
+
+    def audit_then_write(*args: object, **kwargs: object) -> object:
+        outcome = audit(*args, **kwargs)
+        with (root / "active" / RUN_ID / "train.csv").open("a") as train:
+            train.write("9,999,0.1,0.1,0.1,0.1,0.1,0.1,0.1\n")
+        return outcome
+
+    monkeypatch.setattr(closing, "run_suites", audit_then_write)
+    assert close(root) == 1
+    assert not (root / "export" / RUN_ID).exists()
+    (attempt,) = quarantined(root)
+    reason = (attempt / "QUARANTINE_REASON.txt").read_text()
+    assert "changed while the candidate was audited (train.csv)" in reason
+
+
+def test_a_folder_nested_thousands_deep_is_one_refusal_line(
+    root: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A 3000-deep chain of folders under test/ ended the close in a RecursionError traceback."""
+    folder = root / "active" / RUN_ID / "test" / "main"
+    descriptor = os.open(folder, os.O_RDONLY)
+    try:
+        for _ in range(3000):  # relative to a descriptor: the whole path is longer than PATH_MAX
+            os.mkdir("d", dir_fd=descriptor)
+            inner = os.open("d", os.O_RDONLY, dir_fd=descriptor)
+            os.close(descriptor)
+            descriptor = inner
+    finally:
+        os.close(descriptor)
+
+    try:
+        assert close(root) == 2
+        (line,) = refusals(capsys.readouterr().err)
+        assert "building the candidate failed" in line and "nothing was sealed or quarantined" in line
+        assert not (root / "export" / ".partial" / RUN_ID).exists()
+    finally:
+        _remove_chain(folder, "d")
+
+
+def _remove_chain(folder: Path, name: str) -> None:
+    """Remove a chain of empty folders ``name/name/…`` too deep for a path (or shutil.rmtree's recursion)."""
+    descriptors = [os.open(folder, os.O_RDONLY)]
+    while True:
+        try:
+            descriptors.append(os.open(name, os.O_RDONLY, dir_fd=descriptors[-1]))
+        except FileNotFoundError:
+            break
+    for parent in reversed(descriptors[:-1]):
+        os.close(descriptors.pop())
+        os.rmdir(name, dir_fd=parent)
+    os.close(descriptors.pop())

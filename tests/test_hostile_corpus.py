@@ -653,6 +653,20 @@ def _tracker_run_not_utf8(capsule: Path) -> None:
         handle.write(b"")
 
 
+def _folders_past_the_path_limit(capsule: Path) -> None:
+    """20 nested folders of 250-character names under test/main: past the system's path length limit
+    (PATH_MAX, 4096 bytes) before the end, so made relative to a folder descriptor."""
+    descriptor = os.open(capsule / "test" / "main", os.O_RDONLY)
+    try:
+        for _ in range(20):
+            os.mkdir("d" * 250, dir_fd=descriptor)
+            inner = os.open("d" * 250, os.O_RDONLY, dir_fd=descriptor)
+            os.close(descriptor)
+            descriptor = inner
+    finally:
+        os.close(descriptor)
+
+
 def _tracker_log(where: str, make: Callable[[Path], object]) -> Callable[[Path], None]:
     """A TensorBoard event file at ``trackers/tensorboard/<where>`` made by ``make(path)``."""
 
@@ -802,6 +816,12 @@ CASES = [
         ("capsule.closed_world",),
         downstream=("history.tracker_agrees",),
         shows="trackers/tensorboard/r\\xff/",
+    ),
+    Case(  # the listing of the capsule ended the session in INTERNALERROR (ENAMETOOLONG), with no report
+        "capsule-folders-past-the-path-limit",
+        _on_capsule(_folders_past_the_path_limit),
+        ("capsule.closed_world", "manifest.path_safety"),
+        ("capsule.closed_world", "manifest.path_safety"),
     ),
     # A tracker log that is there but unreadable: history.tracker_agrees said "the capsule seals no tracker
     # logs" (not_applicable), as if it had nothing to check.
@@ -1194,18 +1214,19 @@ def _snapshot(*tops: Path) -> dict[bytes, tuple[Any, ...]]:
     """Every path below ``tops`` (links not followed), as bytes: kind, and size, mtime and inode for files.
 
     Folders are recorded by existence only: their mtime changes whenever an allowed file appears in them.
+    Each entry is read relative to its folder's descriptor: a path may be longer than the system's limit.
     """
     state: dict[bytes, tuple[Any, ...]] = {}
     for top in tops:
-        for folder, dirs, files in os.walk(os.fsencode(top)):
+        for folder, dirs, files, descriptor in os.fwalk(os.fsencode(top)):
             for name in (*dirs, *files):
                 path = os.path.join(folder, name)
-                info = os.lstat(path)
+                info = os.lstat(name, dir_fd=descriptor)
                 kind = stat.S_IFMT(info.st_mode)
                 if stat.S_ISREG(info.st_mode):
                     state[path] = (kind, info.st_size, info.st_mtime_ns, info.st_ino)
                 elif stat.S_ISLNK(info.st_mode):
-                    state[path] = (kind, os.readlink(path))
+                    state[path] = (kind, os.readlink(name, dir_fd=descriptor))
                 else:
                     state[path] = (kind,)
     return state
