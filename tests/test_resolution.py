@@ -46,20 +46,23 @@ def assert_subset_held(result: pytest.RunResult) -> None:
 @pytest.mark.parametrize(
     ("spec", "named"),
     [
-        pytest.param("missing/capsule", ["missing/capsule", "no such directory"], id="missing-path"),
-        pytest.param("a-file.txt", ["a-file.txt", "is a file"], id="a-file"),
+        pytest.param("missing/capsule", ["--run=missing/capsule", "no such directory"], id="missing-path"),
+        pytest.param("a-file.txt", ["--run=a-file.txt", "is a file"], id="a-file"),
         pytest.param(
             "ghost",
-            ["runs/ghost", "export/ghost", "active/ghost", "a comparison group ghost"],
+            ["--run=ghost", "runs/ghost", "export/ghost", "active/ghost", "a comparison group ghost"],
             id="id-found-nowhere",
         ),
-        pytest.param("../x", ["../x", "is not a run id"], id="unsafe-id"),
+        pytest.param("../x", ["--run=../x", "is not a run id"], id="unsafe-id"),
+        # The value came back raw in "tried <cwd>/<value>": a terminal escape retitled the window.
+        pytest.param("r\x1b]0;pwned\x07", ["--run=r\\x1b]0;pwned\\x07:"], id="terminal-escape"),
     ],
 )
 def test_bad_run_is_one_error_line(pytester: pytest.Pytester, spec: str, named: list[str]) -> None:
     (pytester.path / "a-file.txt").write_text("not a capsule\n")
     result = pytester.runpytest(*PLUGIN, "--run", spec, "--root", str(pytester.path))
-    assert_one_error_line(result, f"--run={spec}", *named)
+    assert_one_error_line(result, *named)
+    assert "\x1b" not in output_lines(result)[0]
     assert not (pytester.path / "reports").exists()
 
 
