@@ -27,6 +27,7 @@ import bisect
 import csv
 import functools
 import io
+import itertools
 import re
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
@@ -36,6 +37,12 @@ from typing import Any
 
 # A document is text a person wrote; a paper's source is well under this.
 DOCUMENT_CAP = 16 << 20
+# A paper states hundreds of numbers; each is a verdict of its own (~1 ms of pytest each), so a document
+# stating 100k kept a session busy for minutes. Past this, the document is refused, not read in part.
+STATEMENT_CAP = 5000
+# Markdown's link and emphasis delimiters cost markdown-it ~10 µs each: 16 MB of brackets took 100 s.
+MARKUP_CAP = 200_000
+MARKUP = "[]!*_`<|"
 FORMATS = {".md": "markdown", ".markdown": "markdown", ".tex": "latex", ".csv": "csv"}
 # The header of the CSV that ``runaudit table --format csv`` writes (runaudit.tables).
 GENERATED_CSV_HEADER = ["arm", "metric", "condition", "mean", "standard_error", "n", "shown", "runs"]
@@ -784,10 +791,23 @@ READERS = {"markdown": markdown_statements, "latex": latex_statements, "csv": cs
 
 def statements(text: str, form: str, vocabulary: Vocabulary, document: str) -> list[Statement]:
     """Every claim of one document, numbered per line in document order."""
+    if form == "markdown":
+        markup = sum(map(text.count, MARKUP))
+        if markup > MARKUP_CAP:
+            raise DocumentError(
+                f"{document}: {markup} markup characters ({' '.join(MARKUP)}); the claims gate reads Markdown "
+                f"of at most {MARKUP_CAP} (docs/claims.md)"
+            )
     try:
-        found = sorted(READERS[form](text, vocabulary, document), key=lambda item: item.line)
+        found = list(itertools.islice(READERS[form](text, vocabulary, document), STATEMENT_CAP + 1))
     except RecursionError:
         raise DocumentError(f"{document}: nested too deeply to read") from None
+    if len(found) > STATEMENT_CAP:
+        raise DocumentError(
+            f"{document}: states more than {STATEMENT_CAP} numbers; the claims gate checks at most "
+            f"{STATEMENT_CAP} per document (docs/claims.md): split it"
+        )
+    found.sort(key=lambda item: item.line)
     counted: dict[int, int] = {}
     numbered = []
     for item in found:

@@ -347,6 +347,29 @@ def test_a_document_with_no_claim_or_an_unknown_format_is_refused(
     )
 
 
+@pytest.mark.parametrize(
+    ("body", "said"),
+    [
+        # 100k stated numbers were 100k verdicts: 106 s and a 55 MB report
+        pytest.param(
+            "accuracy of 98.05 % on clean.\n\n" * 6000, "states more than 5000 numbers", id="numbers"
+        ),
+        # 16 MB of brackets kept markdown-it busy for 100 s
+        pytest.param(
+            "accuracy of 98.05 %. " + "[" * 150_000 + "x" + "]" * 150_000, "markup characters", id="markup"
+        ),
+    ],
+)
+def test_a_document_past_what_a_paper_holds_is_refused_whole_in_seconds(
+    run_audits: Callable[..., AuditRun], delivered: dict[str, Any], tmp_path: Path, body: str, said: str
+) -> None:
+    document = tmp_path / "HUGE.md"
+    document.write_text(f"# Results\n\n{body}\n")
+    verdicts = list(_by_line(_claims(run_audits, delivered, document)).values())
+    assert [item["verdict"] for item in verdicts] == ["failed"]
+    assert said in verdicts[0]["message"]
+
+
 def test_a_stamp_never_names_a_path_outside_its_folder_nor_blocks_on_a_fifo(
     run_audits: Callable[..., AuditRun], delivered: dict[str, Any], tmp_path: Path
 ) -> None:
