@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from runaudit.documents import DocumentError, Vocabulary, statements
+from runaudit.documents import STATEMENT_CAP, DocumentError, Vocabulary, statements
 
 WORDS = Vocabulary(("accuracy", "cross_entropy"), ("clean", "noise"), ("baseline", "probe", "demo"))
 
@@ -178,5 +178,7 @@ def test_a_csv_with_a_byte_order_mark_or_semicolons(text: str) -> None:
 
 
 def test_a_long_sentence_of_numbers_is_read_in_linear_time() -> None:
-    text = "accuracy " + ", ".join(f"0.{index:04d}" for index in range(20_000)) + ".\n"
-    assert len(statements(text, "markdown", WORDS, "README.md")) == 20_000
+    text = "accuracy " + ", ".join(f"0.{index:04d}" for index in range(STATEMENT_CAP)) + ".\n"
+    assert len(statements(text, "markdown", WORDS, "README.md")) == STATEMENT_CAP
+    with pytest.raises(DocumentError, match=f"more than {STATEMENT_CAP} numbers"):
+        statements(text.replace(".\n", ", 0.5.\n"), "markdown", WORDS, "README.md")
