@@ -182,3 +182,11 @@ def test_a_long_sentence_of_numbers_is_read_in_linear_time() -> None:
     assert len(statements(text, "markdown", WORDS, "README.md")) == STATEMENT_CAP
     with pytest.raises(DocumentError, match=f"more than {STATEMENT_CAP} numbers"):
         statements(text.replace(".\n", ", 0.5.\n"), "markdown", WORDS, "README.md")
+
+
+@pytest.mark.parametrize("form", ["markdown", "latex", "csv"])
+def test_a_nul_byte_refuses_the_document(form: str) -> None:
+    """``demo,0.98\\x0005`` was read as 0.98 and passed against 0.9805: a NUL ends what a reader sees."""
+    text = "run,accuracy\ndemo,0.98\x0005\n" if form == "csv" else "accuracy of 0.98\x0005 on clean.\n"
+    with pytest.raises(DocumentError, match="NUL byte at line"):
+        statements(text, form, WORDS, "results.csv")
