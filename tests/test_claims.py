@@ -21,7 +21,7 @@ from science_support import train_demo_seeds
 from runaudit.cli import main
 from runaudit.documents import DOCUMENT_CAP
 from runaudit.examples.digits.build import DEMO_GROUP, DEMO_RUN_ID
-from runaudit.siblings import declarants
+from runaudit.siblings import capsule_folders
 
 SEEDS = ("seed-1", "seed-2", "seed-3")
 ARM = "short"
@@ -30,7 +30,7 @@ AuditRun = Any  # conftest.AuditRun (tests/box has a conftest of its own: "impor
 
 def _close(root: Path, run_id: str) -> None:
     assert main(["close", "--root", str(root), run_id]) == 0
-    declarants.cache_clear()  # found once per process, as in a user's session; this one goes on sealing
+    capsule_folders.cache_clear()  # found once per process, as in a user's session; this one goes on sealing
 
 
 def _table(root: Path, form: str, out: Path) -> str:
@@ -545,3 +545,22 @@ def test_a_member_session_that_writes_no_report_is_failed_never_read_from_an_old
     (member,) = outcome.report["verdicts"]
     assert member["verdict"] == "failed" and "wrote no report (exit 4)" in member["message"], member
     assert "capsule.stale" not in member["message"]
+
+
+def test_a_capsule_whose_run_json_does_not_read_fails_the_group_session(
+    run_audits: Callable[..., AuditRun], delivered: dict[str, Any], tmp_path: Path
+) -> None:
+    """A capsule folder whose run.json is nested too deep to read was left out of ``--run=<group>``, and the
+    sweep gate passed: whether it was a member nobody could say."""
+    root = tmp_path / "project"
+    shutil.copytree(
+        delivered["root"], root, symlinks=True, ignore=shutil.ignore_patterns("*.lock", "reports")
+    )
+    (root / "export" / "broken").mkdir()
+    (root / "export" / "broken" / "run.json").write_text("[" * 100_000 + "]" * 100_000)
+    outcome = run_audits(DEMO_GROUP, root, "-k", "broken", report_stem=f"{DEMO_GROUP}@group")
+    assert outcome.report is not None and outcome.result.ret == 1
+    (item,) = [entry for entry in outcome.report["verdicts"] if entry["audit"] == "sweep.member"]
+    assert item["subject"] == "export/broken" and item["verdict"] == "failed"
+    assert "whether it belongs to this group is unknown" in item["message"]
+    assert outcome.report["teardown"]["answer"] == "no"
