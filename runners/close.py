@@ -104,7 +104,7 @@ def seal_bindings(draft: dict[str, Any], candidate: Path, root: Path) -> dict[st
     return sealed
 
 
-def working_folder(parent: Path, name: str) -> Path:
+def working_folder(parent: Path, name: str, *, make: bool = True) -> Path:
     """``parent/name``, a real folder, made where missing: runaudit's own ``export/.partial/`` and
     ``quarantine/``.
 
@@ -113,8 +113,11 @@ def working_folder(parent: Path, name: str) -> Path:
     disk; the candidate is then copied there.)
     """
     path = parent / name
-    with contextlib.suppress(FileExistsError):
-        os.mkdir(path)
+    if make:
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(path)
+    elif not os.path.lexists(path):
+        return path  # checked before it is needed: made only when a candidate moves there
     mode = os.lstat(path).st_mode
     if not stat.S_ISDIR(mode):
         found = "a symlink" if stat.S_ISLNK(mode) else "not a folder"
@@ -327,7 +330,7 @@ def close_run(root: Path, run_id: str, *, log: Callable[[str], None] = lambda li
         )
     try:
         draft = _draft(active, run_id)  # read under the lock: no writer can finish in between
-        working_folder(root, "quarantine")  # refused now, before any audit, rather than after them
+        working_folder(root, "quarantine", make=False)  # refused now, before any audit, not after them
         with _locked(root / "export"):
             return _seal(root, run_id, draft, log)
     finally:
