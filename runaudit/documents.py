@@ -48,10 +48,17 @@ FORMATS = {".md": "markdown", ".markdown": "markdown", ".tex": "latex", ".csv": 
 GENERATED_CSV_HEADER = ["arm", "metric", "condition", "mean", "standard_error", "n", "shown", "runs"]
 IGNORE = "ignore"
 
+# A raised decimal point (88·05, typeset in British papers) is a decimal point to a reader.
 _NUMBER = re.compile(
-    r"(?<![\w.\\/#^-])(?P<sign>[+\-−])?(?P<int>\d+)(?:\.(?P<frac>\d+))?(?![\w.]*\d)(?![a-zA-Z])"
+    r"(?<![\w.·\\/#^-])(?P<sign>[+\-−])?(?P<int>\d+)(?:[.·](?P<frac>\d+))?(?![\w.·]*\d)(?![a-zA-Z])"
     r"(?:\s*(?:±|\+/-|\+-)\s*(?P<err>\d+(?:\.\d+)?))?"
     r"(?P<pct>\s?%)?"
+)
+# Format characters a page does not show (zero-width spaces and joiners, soft hyphens, bidi controls):
+# beside a digit they split or reorder a number (9<ZWSP>7.05 read as 7.05; <RLO>98.05 shown as 50.89).
+_INVISIBLE = "[\u00ad\u061c\u180e\u200b-\u200f\u202a-\u202e\u2060-\u2064\u2066-\u206f\ufeff]"
+_INVISIBLE_BY_DIGIT = re.compile(
+    rf"(?<=\d){_INVISIBLE}|(?<=\d[.·,]){_INVISIBLE}|{_INVISIBLE}(?=[+\-−]?[.·]?\d)"
 )
 _DELTA_BEFORE = re.compile(r"\b(?:by|of up to|improves?|improved|gains?|drops? by)\s+$", re.IGNORECASE)
 _DELTA_AFTER = re.compile(r"^\s*(?:points?|pp\b|p\.p\.|percentage points?|x\b|×|times\b)", re.IGNORECASE)
@@ -794,6 +801,12 @@ def statements(text: str, form: str, vocabulary: Vocabulary, document: str) -> l
     if "\x00" in text:  # a reader stops at it (0.98\x0005 read as 0.98): what is checked is not what is shown
         raise DocumentError(
             f"{document}: holds a NUL byte at line {text.count(chr(10), 0, text.index(chr(0))) + 1}"
+        )
+    invisible = _INVISIBLE_BY_DIGIT.search(text)
+    if invisible is not None:
+        raise DocumentError(
+            f"{document}: holds an invisible character (U+{ord(invisible.group()):04X}) beside a number at line "
+            f"{text.count(chr(10), 0, invisible.start()) + 1}: what is checked would not be what is shown"
         )
     if form == "markdown":
         markup = sum(map(text.count, MARKUP))

@@ -190,3 +190,33 @@ def test_a_nul_byte_refuses_the_document(form: str) -> None:
     text = "run,accuracy\ndemo,0.98\x0005\n" if form == "csv" else "accuracy of 0.98\x0005 on clean.\n"
     with pytest.raises(DocumentError, match="NUL byte at line"):
         statements(text, form, WORDS, "results.csv")
+
+
+@pytest.mark.parametrize(
+    ("form", "number"),
+    [
+        ("markdown", "9\u200b7.05 %"),  # zero-width space: was read as 7.05 %
+        ("markdown", "97.\u200d05 %"),  # zero-width joiner after the point
+        ("latex", "\u202e98.05\u202c\\%"),  # right-to-left override: shown as 50.89
+        ("csv", "0.98\u00ad05"),  # soft hyphen
+    ],
+)
+def test_an_invisible_character_inside_a_number_refuses_the_document(form: str, number: str) -> None:
+    """A page shows a number whole that a reader splits at a format character, or shows it reordered."""
+    text = f"run,accuracy\ndemo,{number}\n" if form == "csv" else f"accuracy of {number} on clean.\n"
+    with pytest.raises(
+        DocumentError, match=r"invisible character \(U\+[0-9A-F]{4}\) beside a number at line"
+    ):
+        statements(text, form, WORDS, "paper")
+
+
+def test_invisible_characters_away_from_numbers_are_read_through() -> None:
+    text = "Our\u200bmodel's accuracy is 97.05 % on clean \u200d.\n"
+    (item,) = statements(text, "markdown", WORDS, "README.md")
+    assert item.printed.text == "97.05 %"
+
+
+def test_a_raised_decimal_point_is_a_decimal_point() -> None:
+    """``88·05 %`` (a British raised point) was read as ``05 %``."""
+    (item,) = statements("accuracy of 88·05 % on clean.\n", "markdown", WORDS, "README.md")
+    assert (item.printed.value, item.printed.decimals, item.printed.percent) == (Decimal("88.05"), 2, True)
