@@ -24,13 +24,11 @@ def test_member(member_session: MemberSession, audit: AuditRecorder) -> None:
     verdict of that session failed, errored or was escalated, and something was checked; what it did not
     run and what it disclosed ride here too, under the member's run id. No other capsule folder declares
     the member's run id (a copy would be neither audited nor counted). A capsule folder whose run.json does
-    not read is a case of its own and fails: it may be a member no one audited."""
+    not read is a case of its own and fails: it may be a member no one audited. A group of more members
+    than ``--runaudit-max-members`` (256 unless told) is one case, failed, and no member is audited."""
     session = member_session
-    if session.unreadable is not None:
-        audit.fail(
-            f"{session.run_id}: a capsule folder under the root whose run.json does not read, so whether it "
-            f"belongs to this group is unknown ({session.unreadable}): fix or remove it"
-        )
+    if session.refused is not None:
+        audit.fail(session.refused)
     audit.evidence(command=session.command, exit_code=session.exit_code, report=str(session.report_path))
     if session.copies:
         audit.evidence(copies=[str(path) for path in session.copies])

@@ -20,6 +20,11 @@ PROFILE_OPTION = "--runaudit-profile"
 OVERRIDE_OPTION = "--runaudit-override"
 BUDGET_OPTION = "--runaudit-budget"
 CLAIMS_OPTION = "--runaudit-claims"
+MAX_MEMBERS_OPTION = "--runaudit-max-members"
+# A group session audits each member in a session of its own (~1 s each): past this many members it audits
+# none unless told how many to expect, so a root that gained thousands of capsule folders never keeps a
+# gate busy for hours.
+MAX_MEMBERS = 256
 # The short forms that stay as documented aliases (the allow-list; tests/test_option_names.py holds every
 # other option string to the prefix). Each was checked against pytest's own options and those of
 # pytest-profiling, -html, -json-report, -reportlog, -cov, -benchmark, -randomly, -timeout, -rerunfailures,

@@ -564,3 +564,40 @@ def test_a_capsule_whose_run_json_does_not_read_fails_the_group_session(
     assert item["subject"] == "export/broken" and item["verdict"] == "failed"
     assert "whether it belongs to this group is unknown" in item["message"]
     assert outcome.report["teardown"]["answer"] == "no"
+
+
+def test_a_group_past_the_member_cap_audits_none_until_told_how_many(
+    run_audits: Callable[..., AuditRun], delivered: dict[str, Any], pytester: pytest.Pytester
+) -> None:
+    """A group session starts one session per member (~1 s each): 150 members ran past two minutes, and a
+    root of thousands would keep the gate busy for hours. Past ``--runaudit-max-members`` it is one failed
+    case that says how many there are, and no member session starts."""
+    root = delivered["root"]
+    listed = run_audits(DEMO_GROUP, root, "--collect-only", "-q", report_stem=f"{DEMO_GROUP}@group")
+    members = [line for line in listed.result.outlines if "test_member[" in line]
+    assert len(members) > 1, listed.result.outlines
+    outcome = run_audits(
+        DEMO_GROUP, root, f"--runaudit-max-members={len(members) - 1}", report_stem=f"{DEMO_GROUP}@group"
+    )
+    assert outcome.report is not None and outcome.result.ret == 1
+    (item,) = outcome.report["verdicts"]
+    assert (item["audit"], item["subject"], item["verdict"]) == (
+        "sweep.member",
+        f"{len(members)} members",
+        "failed",
+    )
+    assert f"--runaudit-max-members={len(members)}" in item["message"]
+    assert sorted(path.name for path in (pytester.path / "reports").glob("*.json")) == [
+        f"{DEMO_GROUP}@group.json"
+    ]
+    allowed = run_audits(
+        DEMO_GROUP, root, f"--runaudit-max-members={len(members)}", "--collect-only", "-q", report_stem="-"
+    )
+    assert [line for line in allowed.result.outlines if "test_member[" in line] == members
+
+
+@pytest.mark.parametrize("value", ["0", "-3", "many", "2.5"])
+def test_a_member_cap_that_is_no_count_is_one_usage_line(pytester: pytest.Pytester, value: str) -> None:
+    result = pytester.runpytest("-p", "runaudit.fixtures.plugin", f"--runaudit-max-members={value}")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert "--runaudit-max-members must be a whole number of runs" in result.stderr.str()
