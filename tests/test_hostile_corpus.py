@@ -1158,12 +1158,13 @@ CASES = [
 
 
 def _environment(tmp: Path) -> dict[str, str]:
-    """A session's environment, with ``tmp`` as its temp folder."""
+    """A session's environment, with ``tmp`` as its temp folder. Its figure cache is this test session's
+    (``tests/conftest.py``), where a user's is ``~/.cache``: outside the project, keyed by what is drawn, so
+    damaged curves are drawn anew and the demo's are drawn once per worker."""
     return {
         **os.environ,
         "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",
         "TMPDIR": str(tmp),  # watched: a session leaves nothing behind in its temp folder either
-        "RUNAUDIT_FIGURE_CACHE": "off",  # figures are drawn, never kept outside the report folder
         "PYTHONDONTWRITEBYTECODE": "1",
     }
 
