@@ -84,7 +84,12 @@ def test_safe_load(run: Run, custody: Custody, audit: AuditRecorder, checkpoint:
     name = _present(run, custody, audit, checkpoint).name
     digest = custody.hashed(f"{run.run_id}/{name}")
     bound = _declared(run, checkpoint).get("sha256")
-    audit.evidence(sha256=digest.sha256, hashed=digest.source, bound=bound)
+    audit.evidence(
+        sha256=digest.sha256,
+        hashed=digest.source,
+        bound=bound,
+        one_pass=custody.in_one_pass(f"{run.run_id}/{name}"),
+    )
     if not isinstance(bound, str):
         why = (
             "run.json is unreadable (reported by capsule.run_json_schema)"

@@ -5,7 +5,8 @@ chunks, then a full ``torch.load`` of every checkpoint. runaudit: `runaudit veri
 the full custody gate of every capsule (capsule, manifest and checkpoint audits, with finiteness, exact
 roster and selection lineage, hashing fresh) and the receipt.
 
-Also: multi-file hashing on threads vs one core vs `sha256sum -c`, a second audit inside the same trust
+Also: verify with every checkpoint hashed and then scanned vs hashed and scanned in one read (cold), multi-file
+hashing on threads vs one core vs `sha256sum -c`, a second audit inside the same trust
 boundary (stat-keyed cache) vs the first, and (from bench_checkpoint_formats.py, in the same run) the
 checkpoint gate on safetensors vs the torch path and the fixed cost of a custody session.
 
@@ -150,6 +151,12 @@ def drop_caches(corpus: Path) -> None:
     if can_drop_caches():
         DROP_CACHES.write_text("3\n")
         return
+    evict(corpus)
+
+
+def evict(corpus: Path) -> None:
+    """The corpus's own pages evicted from the page cache, file by file (no privilege needed)."""
+    subprocess.run(["sync"], check=True)
     for path in corpus.rglob("*"):
         if path.is_file() and not path.is_symlink():
             descriptor = os.open(path, os.O_RDONLY)
@@ -190,6 +197,82 @@ def compare(
     print(f"  ratio floor/baseline          {floor_wall:8.2f}")
     ours_floor = wall["runaudit verify"] / wall["floor (see FLOOR)"]
     print(f"  ratio runaudit/floor          {ours_floor:8.2f}   (target: <= 1.25)")
+
+
+def limited_cache(limit_bytes: int) -> Path | None:
+    """A child of this process's memory cgroup (v1 or v2) capped at ``limit_bytes``, page cache included,
+    or None where it cannot be made (no privilege, no controller): a machine whose memory cannot hold the
+    checkpoints between two reads, without needing one."""
+    try:
+        lines = Path("/proc/self/cgroup").read_text().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        _, controllers, path = line.split(":", 2)
+        if controllers == "memory":
+            folder, limit = (
+                Path("/sys/fs/cgroup/memory") / path.lstrip("/") / "runaudit-bench",
+                "memory.limit_in_bytes",
+            )
+            break
+    else:
+        path = next((line.split(":", 2)[2] for line in lines if line.startswith("0::")), None)
+        if path is None:
+            return None
+        folder, limit = Path("/sys/fs/cgroup") / path.lstrip("/") / "runaudit-bench", "memory.max"
+    try:
+        folder.mkdir(exist_ok=True)
+        (folder / limit).write_text(str(limit_bytes))
+    except OSError:
+        return None
+    return folder
+
+
+def one_pass(ours: list[str], *, corpus: Path, checkpoint_bytes: int, repeats: int) -> None:
+    """``runaudit verify`` on a cold corpus, each checkpoint hashed then scanned through the map (``never``) against
+    hashed and scanned in one read (``always``) and verify's own choice (unset), interleaved, in a memory
+    cgroup whose cap (half the checkpoints' bytes) leaves the page cache unable to keep a checkpoint
+    between two reads. Reported: wall and MiB read from the disk (``ru_inblock``)."""
+    cgroup = limited_cache(checkpoint_bytes // 2)
+    where = (
+        f"memory capped at {checkpoint_bytes // 2 / 2**20:.0f} MiB"
+        if cgroup
+        else "no memory cap (cgroup not writable)"
+    )
+
+    def enter() -> None:
+        if cgroup is not None:
+            (cgroup / "cgroup.procs").write_text(str(os.getpid()))
+
+    rows: dict[str, list[tuple[float, float]]] = {"never": [], "always": [], "(unset)": []}
+    try:
+        for _ in range(repeats):
+            for mode in rows:
+                evict(corpus)  # the libraries stay cached: the disk reads are the corpus's
+                env = {**CHILD_ENV, "RUNAUDIT_ONE_PASS": mode if mode != "(unset)" else ""}
+                started = time.perf_counter()
+                process = subprocess.Popen(
+                    ours, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, preexec_fn=enter
+                )
+                _, status, usage = os.wait4(process.pid, 0)
+                if os.waitstatus_to_exitcode(status) != 0:
+                    raise SystemExit(f"failed: {' '.join(ours)}\n{process.stderr.read().decode()[-2000:]}")
+                rows[mode].append((time.perf_counter() - started, usage.ru_inblock * 512 / 2**20))
+    finally:
+        if cgroup is not None:
+            cgroup.rmdir()
+    print(
+        f"\n[one read per checkpoint byte: verify, cold corpus, {where}; checkpoints {checkpoint_bytes / 2**20:.0f} MiB]"
+    )
+    print("  RUNAUDIT_ONE_PASS             wall s   disk MiB   disk / checkpoints")
+    medians = {}
+    for mode, values in rows.items():
+        medians[mode] = (statistics.median(v[0] for v in values), statistics.median(v[1] for v in values))
+        wall, disk = medians[mode]
+        print(f"  {mode:<28} {wall:8.2f} {disk:10.0f} {disk * 2**20 / checkpoint_bytes:12.2f}")
+    print(
+        f"  wall always/never             {medians['always'][0] / medians['never'][0]:8.2f}   (target: disk / checkpoints ~1.0 unset)"
+    )
 
 
 def main() -> None:
@@ -240,6 +323,8 @@ def main() -> None:
     floor = [sys.executable, "-c", FLOOR, str(root), pull]
     for cold in (True, False):
         compare(baseline, ours, floor, corpus=root, cold=cold, repeats=args.repeats)
+    checkpoint_bytes = sum(p.stat().st_size for p in files if p.suffix == ".pth")
+    one_pass(ours, corpus=root, checkpoint_bytes=checkpoint_bytes, repeats=args.repeats)
 
     from runaudit.hashing import HashCache, hash_files, sha256_file
 

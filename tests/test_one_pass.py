@@ -1,0 +1,194 @@
+"""A checkpoint too large for the page cache to keep between its hash and its scan is hashed and scanned in
+one read: the same digest as hashlib's and the same inspection as the memory-mapped scan, with the map read
+again only where a storage holds a non-finite value; sessions and ``verify`` leave such files to that pass.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from runaudit import checkpoints, hashing
+from runaudit.checkpoints import CheckpointRefused, inspect, inspect_in_one_pass
+from runaudit.examples.digits.build import DEMO_RUN_ID
+
+
+def _view_of_a_storage_holding_nan() -> dict[str, Any]:
+    whole = torch.zeros(10)
+    whole[9] = float("nan")  # in the storage torch.save writes, outside every tensor of the file
+    return {"w": whole[:5]}
+
+
+def _nan_past_the_first_blocks() -> dict[str, Any]:
+    late = torch.zeros(50_000)
+    late[-1] = float("nan")
+    return {"model": {"a": torch.randn(20_000, dtype=torch.float64), "late": late, "b": torch.ones(3)}}
+
+
+CHECKPOINTS: dict[str, tuple[Callable[[], Any], list[str]]] = {
+    "clean, many blocks": (
+        lambda: {"model": {"a": torch.randn(30_000, dtype=torch.float64), "b": torch.randn(7, 3)}},
+        [],
+    ),
+    "nan in float32": (lambda: {"w": torch.tensor([1.0, float("nan")])}, ["w"]),
+    "inf in bfloat16": (lambda: {"w": torch.tensor([1.0, float("inf")], dtype=torch.bfloat16)}, ["w"]),
+    "-inf in float16, nested": (
+        lambda: {"model": {"w": torch.tensor([1.0, float("-inf")], dtype=torch.float16), "b": torch.ones(3)}},
+        ["model.w"],
+    ),
+    "inf in complex64": (lambda: {"w": torch.tensor([1 + 1j, complex(float("inf"), 0)])}, ["w"]),
+    "nan's bits in an int32": (lambda: {"w": torch.tensor([0x7FC00000], dtype=torch.int32)}, []),
+    "nan in a storage byte no tensor uses": (_view_of_a_storage_holding_nan, []),
+    "nan past the first blocks": (_nan_past_the_first_blocks, ["model.late"]),
+}
+
+
+@pytest.mark.parametrize("case", list(CHECKPOINTS))
+def test_one_read_gives_hashlibs_digest_and_the_mapped_scans_inspection(
+    case: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    build, nonfinite = CHECKPOINTS[case]
+    path = tmp_path / "best.pth"
+    torch.save(build(), path)
+    # Blocks of 4 KiB: storages straddle block boundaries, as a model's do with 4 MiB blocks.
+    monkeypatch.setattr(checkpoints, "PASS_BLOCK", 4096)
+    rescans: list[int] = []
+    mapped_scan = checkpoints._nonfinite_tensors
+
+    def counted(found: Any, module: Any) -> list[str]:
+        rescans.append(len(found))
+        return mapped_scan(found, module)
+
+    monkeypatch.setattr(checkpoints, "_nonfinite_tensors", counted)
+    inspection, sha256, opened = inspect_in_one_pass(path)
+    assert sha256 == hashlib.sha256(path.read_bytes()).hexdigest()
+    assert opened.st_size == path.stat().st_size
+    assert isinstance(inspection, checkpoints.Inspection) and inspection.nonfinite == nonfinite
+    rescanned = bool(rescans)
+    rescans.clear()
+    assert inspection == inspect(path)
+    # The bytes are read through the map again only where the pass found a storage holding a non-finite
+    # word; a clean checkpoint is read once.
+    assert rescanned == (case not in ("clean, many blocks", "nan's bits in an int32"))
+
+
+def test_a_checkpoint_the_safe_loader_refuses_is_still_hashed(tmp_path: Path) -> None:
+    class Payload:
+        def __reduce__(self) -> tuple[Any, ...]:
+            return (print, ("ran",))
+
+    refused = tmp_path / "pickled.pth"
+    torch.save({"w": torch.ones(2), "payload": Payload()}, refused)
+    legacy = tmp_path / "legacy.pth"
+    torch.save({"w": torch.ones(2)}, legacy, _use_new_zipfile_serialization=False)
+    for path in (refused, legacy):
+        inspection, sha256, _ = inspect_in_one_pass(path)
+        assert isinstance(inspection, CheckpointRefused)
+        assert sha256 == hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_bytes_written_during_the_read_are_never_passed_off_as_hashed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "best.pth"
+    torch.save({"w": torch.randn(1000)}, path)
+    read = checkpoints._hash_and_scan
+
+    def then_appended(handle: Any, spans: Any) -> tuple[str, bool]:
+        found = read(handle, spans)
+        with path.open("ab") as writer:
+            writer.write(b"late bytes")
+        return found
+
+    monkeypatch.setattr(checkpoints, "_hash_and_scan", then_appended)
+    with pytest.raises(RuntimeError, match="changed while it was being hashed"):
+        inspect_in_one_pass(path)
+
+
+def test_one_pass_is_chosen_for_checkpoints_past_half_the_cache_room(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    paths = [tmp_path / name for name in ("best.pth", "last.pth", "train.csv", "other.pth")]
+    sizes = dict.fromkeys(paths, 1000)
+    checkpoint_files = set(paths[:2])
+    monkeypatch.delenv(hashing.ONE_PASS_ENV, raising=False)
+    monkeypatch.setattr(hashing, "cache_room", lambda: 10_000)
+    assert hashing.one_pass_checkpoints(paths, sizes) == set()
+    monkeypatch.setattr(hashing, "cache_room", lambda: 3_999)  # 2000 bytes of checkpoints > half of it
+    assert hashing.one_pass_checkpoints(paths, sizes) == checkpoint_files
+    monkeypatch.setattr(hashing, "cache_room", lambda: None)  # unknown: never assume the cache holds them
+    assert hashing.one_pass_checkpoints(paths, sizes) == checkpoint_files
+    monkeypatch.setenv(hashing.ONE_PASS_ENV, "never")
+    assert hashing.one_pass_checkpoints(paths, sizes) == set()
+    monkeypatch.setenv(hashing.ONE_PASS_ENV, "always")
+    monkeypatch.setattr(hashing, "cache_room", lambda: 10_000)
+    assert hashing.one_pass_checkpoints(paths, sizes) == checkpoint_files
+
+
+def test_verify_leaves_checkpoints_to_its_sessions_one_pass(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The hashing process forked by verify reads every file but the checkpoints chosen for one pass; the
+    sessions forked after it read those in one pass, whatever their own reading of the memory says."""
+    files = {name: tmp_path / name for name in ("best.pth", "train.csv")}
+    for path in files.values():
+        path.write_bytes(b"bytes of " + path.name.encode())
+    monkeypatch.setenv(hashing.ONE_PASS_ENV, "always")
+    finish = hashing.hash_before_fork(files.values())
+    finish()
+    assert set(hashing._hashed_before_fork) == {str(files["train.csv"])}
+    monkeypatch.delenv(hashing.ONE_PASS_ENV)
+    monkeypatch.setattr(hashing, "cache_room", lambda: 1 << 40)
+    sizes = {path: path.stat().st_size for path in files.values()}
+    assert hashing.one_pass_checkpoints(files.values(), sizes) == {files["best.pth"]}
+    hashing._hashed_before_fork.clear()
+    hashing._left_for_one_pass.clear()
+
+
+def _custody(run_audits: Callable[..., Any], project: Path, *args: str) -> dict[tuple[str, str], Any]:
+    outcome = run_audits(DEMO_RUN_ID, project, "-m", "custody", *args)
+    assert outcome.report is not None
+    return {(item["audit"], item["subject"]): item for item in outcome.report["verdicts"]}
+
+
+def test_a_session_reads_each_checkpoint_once_and_keeps_its_digest(
+    run_audits: Callable[..., Any], project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(hashing.ONE_PASS_ENV, "always")
+    capsule = project / "export" / DEMO_RUN_ID
+    first = _custody(run_audits, project, "--runaudit-fresh-hashes")
+    for name in ("best.pth", "last.pth"):
+        loaded = first[("checkpoint.safe_load", name)]
+        assert loaded["verdict"] == "passed" and loaded["evidence"]["one_pass"] is True, loaded
+        assert first[("checkpoint.finite", name)]["verdict"] == "passed"
+        hashed = first[("manifest.sha256", name)]
+        assert (hashed["verdict"], hashed["evidence"]["hashed"]) == ("passed", "fresh"), hashed
+    cache = json.loads((project / "cache" / "runaudit" / "sha256.json").read_text())["entries"]
+    assert (
+        cache[str(capsule / "best.pth")][5] == hashlib.sha256((capsule / "best.pth").read_bytes()).hexdigest()
+    )
+    again = _custody(run_audits, project)  # the digest is known now: nothing to read in one pass
+    loaded = again[("checkpoint.safe_load", "best.pth")]
+    assert (loaded["evidence"]["hashed"], loaded["evidence"]["one_pass"]) == ("cache", False)
+
+
+def test_a_nan_planted_in_a_checkpoint_fails_finite_in_one_pass(
+    run_audits: Callable[..., Any], project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(hashing.ONE_PASS_ENV, "always")
+    best = project / "export" / DEMO_RUN_ID / "best.pth"
+    state = torch.load(best, weights_only=True)
+    name = next(key for key, value in state["model"].items() if value.is_floating_point())
+    state["model"][name].view(-1)[-1] = float("inf")
+    torch.save(state, best)
+    verdicts = _custody(run_audits, project)
+    finite = verdicts[("checkpoint.finite", "best.pth")]
+    assert finite["verdict"] == "failed" and f"model.{name}" in finite["message"], finite
+    assert verdicts[("checkpoint.safe_load", "best.pth")]["evidence"]["one_pass"] is True
+    assert verdicts[("manifest.sha256", "best.pth")]["verdict"] != "passed"  # other bytes than the pull's
