@@ -26,9 +26,12 @@ from __future__ import annotations
 import bisect
 import csv
 import functools
+import html
 import io
 import itertools
 import re
+import sys
+import unicodedata
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from decimal import Decimal, InvalidOperation
@@ -48,17 +51,16 @@ FORMATS = {".md": "markdown", ".markdown": "markdown", ".tex": "latex", ".csv": 
 GENERATED_CSV_HEADER = ["arm", "metric", "condition", "mean", "standard_error", "n", "shown", "runs"]
 IGNORE = "ignore"
 
-# A raised decimal point (88·05, typeset in British papers) is a decimal point to a reader.
+# A digit, a comma, point-like character or narrow space and a digit (98,05, 1,234.5, 88·05, 3·10⁻⁴,
+# 10 000) is a decimal point, a digit group or a product, depending on the reader: neither side of it is read
+# as a number (``05 %`` alone would claim 5 %). Nor is a number right after ``;``: the end of a character
+# reference (``88&middot;05``) in Markdown's source.
+_POINTS = "·\u0387\u2024\u2219\u22c5\u066b\uff0e\u00a0\u2007\u2009\u202f"
 _NUMBER = re.compile(
-    r"(?<![\w.·\\/#^-])(?P<sign>[+\-−])?(?P<int>\d+)(?:[.·](?P<frac>\d+))?(?![\w.·]*\d)(?![a-zA-Z])"
+    rf"(?<![\w.;\\/#^-])(?<!\d[,{_POINTS}])(?P<sign>[+\-−])?(?P<int>\d+)(?:\.(?P<frac>\d+))?(?![\w.]*\d)"
+    rf"(?![,{_POINTS}]\d)(?![a-zA-Z])"
     r"(?:\s*(?:±|\+/-|\+-)\s*(?P<err>\d+(?:\.\d+)?))?"
     r"(?P<pct>\s?%)?"
-)
-# Format characters a page does not show (zero-width spaces and joiners, soft hyphens, bidi controls):
-# beside a digit they split or reorder a number (9<ZWSP>7.05 read as 7.05; <RLO>98.05 shown as 50.89).
-_INVISIBLE = "[\u00ad\u061c\u180e\u200b-\u200f\u202a-\u202e\u2060-\u2064\u2066-\u206f\ufeff]"
-_INVISIBLE_BY_DIGIT = re.compile(
-    rf"(?<=\d){_INVISIBLE}|(?<=\d[.·,]){_INVISIBLE}|{_INVISIBLE}(?=[+\-−]?[.·]?\d)"
 )
 _DELTA_BEFORE = re.compile(r"\b(?:by|of up to|improves?|improved|gains?|drops? by)\s+$", re.IGNORECASE)
 _DELTA_AFTER = re.compile(r"^\s*(?:points?|pp\b|p\.p\.|percentage points?|x\b|×|times\b)", re.IGNORECASE)
@@ -791,6 +793,123 @@ def _generated_csv(rows: list[list[str]], document: str, source: Sequence[str]) 
         )
 
 
+# -- what a page shows of a number, against what is read ---------------------------------------------------
+
+# Characters a page draws as nothing: format controls (zero-width spaces and joiners, soft hyphens, tags),
+# combining and enclosing marks (the grapheme joiner, variation selectors), line and paragraph separators,
+# and the letters that render blank.
+_INVISIBLE_CATEGORIES = frozenset({"Cf", "Mn", "Me", "Zl", "Zp"})
+_BLANK_LETTERS = "\u115f\u1160\u3164\uffa0\u2800"
+# Markdown and LaTeX markup a page draws as nothing, dropped before the check (9**<ZWSP>**7.05, 9{<ZWSP>}7.05).
+_EMPTY_MARKUP = str.maketrans("", "", "*_~{}`")
+# Inline HTML between two digits (9<!-- -->7.05, 9<span></span>7.05): the page joins them, a reader of the
+# text does not. Superscripts and subscripts (10<sup>4</sup>) stay apart on the page too.
+_HTML_INSIDE_A_NUMBER = re.compile(
+    r"[0-9](?:<!--(?:(?!-->)[^\n]){0,200}-->|</?(?!su[bp]\b)[A-Za-z][^<>\n]{0,200}>)+[.,]?[0-9]"
+)
+# An override (LRO, RLO) draws what follows in the order it says, up to the PDF that closes it or the end of
+# the line; embeddings and isolates keep digits in order. A paper holds none: past this many the document is
+# refused rather than walked control by control.
+_OVERRIDES = "\u202d\u202e"
+_OVERRIDE = re.compile(f"[{_OVERRIDES}]")
+_EMBEDDING = re.compile("[\u202a-\u202e]")  # the embeddings and overrides that U+202C (PDF) closes
+_ASCII_DIGIT = re.compile("[0-9]")
+BIDI_CAP = 1000
+
+
+_HIDDEN, _FOREIGN_DIGIT = "\x01", "\x02"  # what the check's copy of a text spells them as
+
+
+@functools.cache
+def _marking() -> dict[int, str]:
+    """A translation that spells every invisible character :data:`_HIDDEN` and every digit of a script other
+    than ASCII :data:`_FOREIGN_DIGIT` (and leaves the rest), built from the Unicode database once per
+    process: a regular expression class of the thousands of marks is tested range by range, a dict is one
+    lookup per character."""
+    marking = {ord(char): _HIDDEN for char in _BLANK_LETTERS}
+    for code in range(0x80, sys.maxunicode + 1):
+        category = unicodedata.category(chr(code))
+        if category in _INVISIBLE_CATEGORIES:
+            marking[code] = _HIDDEN
+        elif category == "Nd":
+            marking[code] = _FOREIGN_DIGIT
+    return marking
+
+
+# In the marked copy: a run of non-ASCII characters between two parts of a number that holds an invisible
+# character (after a digit, before a digit, sign or point; or after a sign or point, before a digit), or a
+# digit of another script beside an ASCII digit. Each branch starts only where a run starts and takes it
+# whole, so the scan is linear.
+_OTHER = "[\x01\x02\x80-\U0010ffff]"
+_SPLITTING = re.compile(
+    rf"(?P<after_digit>(?<=[0-9]){_OTHER}*?\x01{_OTHER}*+(?=[0-9.,+\-−]))"
+    rf"|(?P<after_point>(?<=[.,+\-−]){_OTHER}*?\x01{_OTHER}*+(?=[0-9]))"
+    rf"|(?P<mixed>(?<=[0-9])[.,]?{_OTHER}*?\x02|(?<!{_OTHER}){_OTHER}*?\x02{_OTHER}*+(?=[.,]?[0-9]))"
+)
+
+
+def hidden_number(text: str, form: str) -> str | None:
+    """Where ``text`` shows a number otherwise than the claims gate reads it, or None.
+
+    A reader of the text splits a number at any character that is not a digit or its point, and takes any
+    script's digits; a page draws invisible characters as nothing, joins what inline HTML separates, and
+    reorders digits under a bidirectional override. So a number is refused when it holds an invisible
+    character or inline HTML between two of its parts (``9<U+200B>7.05`` is read as 7.05 and shown as
+    97.05), mixes digits of two scripts, or sits under an override (``<U+202E>50.89`` is shown as 98.05).
+    Markdown is checked with its character references decoded (``&#8203;`` is U+200B). An invisible
+    character beside a number, not inside it (a BOM, a left-to-right mark, a joiner before ``%``), hides
+    nothing.
+    """
+    if form == "markdown":
+        inline = _HTML_INSIDE_A_NUMBER.search(text)
+        if inline is not None:
+            return f"inline HTML inside the number {_where(text, inline.start(), inline.end())}"
+        if "&" in text:
+            text = html.unescape(text)
+    if text.isascii():
+        return None
+    shown = text.translate(_EMPTY_MARKUP)
+    split = _SPLITTING.search(shown.translate(_marking()))
+    if split is not None:
+        where = _where(shown, split.start(), split.end())
+        if split.lastgroup == "mixed":
+            return f"digits of two scripts in one number {where}"
+        hidden = shown[split.start() + split.group().index(_HIDDEN)]
+        return f"an invisible character (U+{ord(hidden):04X}) inside the number {where}"
+    overrides = sum(map(shown.count, _OVERRIDES))
+    if overrides > BIDI_CAP:
+        return f"{overrides} bidirectional overrides, more than the {BIDI_CAP} the gate walks (a paper holds none)"
+    walked = 0
+    for opener in _OVERRIDE.finditer(shown):
+        # Its scope: up to the PDF that closes it (embeddings and overrides nest) or the end of its line.
+        line_end = shown.find("\n", opener.end())
+        depth, end = 1, len(shown) if line_end < 0 else line_end
+        for found in _EMBEDDING.finditer(shown, opener.end(), end):
+            walked += 1
+            if walked > 10 * BIDI_CAP:
+                return f"more than {10 * BIDI_CAP} bidirectional controls after overrides, which a paper does not hold"
+            depth += -1 if found.group() == "\u202c" else 1
+            if depth == 0:
+                end = found.start()
+                break
+        if _ASCII_DIGIT.search(shown, opener.end(), end):
+            return f"a bidirectional override (U+202D/U+202E) reorders the digits at line {_line(shown, opener.start())}"
+    return None
+
+
+def _escaped(text: str) -> str:
+    """``text`` quoted with everything beyond ASCII escaped, so that an invisible character shows."""
+    return "'" + text.encode("ascii", "backslashreplace").decode("ascii") + "'"
+
+
+def _where(text: str, start: int, end: int) -> str:
+    return f"{_escaped(text[max(0, start - 8) : min(end, start + 40) + 8])} at line {_line(text, start)}"
+
+
+def _line(text: str, offset: int) -> int:
+    return text.count("\n", 0, offset) + 1
+
+
 # -- entry point -------------------------------------------------------------------------------------------
 
 READERS = {"markdown": markdown_statements, "latex": latex_statements, "csv": csv_statements}
@@ -802,12 +921,11 @@ def statements(text: str, form: str, vocabulary: Vocabulary, document: str) -> l
         raise DocumentError(
             f"{document}: holds a NUL byte at line {text.count(chr(10), 0, text.index(chr(0))) + 1}"
         )
-    invisible = _INVISIBLE_BY_DIGIT.search(text)
-    if invisible is not None:
-        raise DocumentError(
-            f"{document}: holds an invisible character (U+{ord(invisible.group()):04X}) beside a number at line "
-            f"{text.count(chr(10), 0, invisible.start()) + 1}: what is checked would not be what is shown"
-        )
+    hidden = hidden_number(text, form)
+    if hidden is not None:
+        raise DocumentError(f"{document}: {hidden}: what is checked would not be what is shown")
+    # U+E000 opens the readers' own anchor marks (:data:`_MARK`): one in the document itself is text.
+    text = text.replace("\ue000", "\ufffd")
     if form == "markdown":
         markup = sum(map(text.count, MARKUP))
         if markup > MARKUP_CAP:

@@ -192,31 +192,70 @@ def test_a_nul_byte_refuses_the_document(form: str) -> None:
         statements(text, form, WORDS, "results.csv")
 
 
+def _prose(number: str) -> str:
+    return f"The probe reaches an accuracy of {number} on clean.\n"
+
+
+def _table(cell: str) -> str:
+    return f"| run | accuracy (%) |\n|---|---|\n| probe | {cell} |\n"
+
+
+# Each document shows 97.05 (or 98.05) where the gate read, before this check, 7.05, 50.89 or 74.05.
+HIDDEN = {
+    "zero-width space": ("markdown", _prose("9\u200b7.05 %"), "U+200B"),
+    "joiner after the point": ("markdown", _prose("97.\u200d05 %"), "U+200D"),
+    "soft hyphen in a csv cell": ("csv", "run,accuracy\ndemo,0.98\u00ad05\n", "U+00AD"),
+    "grapheme joiner": ("markdown", _prose("9\u034f7.05 %"), "U+034F"),
+    "variation selector": ("markdown", _prose("9\ufe0f7.05 %"), "U+FE0F"),
+    "tag character": ("csv", "run,accuracy\ndemo,0.9\U000e00208\n", "U+E0020"),
+    "between bold markers": ("markdown", _prose("9**\u200b**7.05 %"), "U+200B"),
+    "in a table cell": ("markdown", _table("9**\u200b**7.05"), "U+200B"),
+    "in a latex group": ("latex", "accuracy of 9{\u200b}7.05\\% on clean.\n", "U+200B"),
+    "as a character reference": ("markdown", _prose("9&#8203;7.05 %"), "U+200B"),
+    "as a named reference": ("markdown", _prose("9&ZeroWidthSpace;7.05 %"), "U+200B"),
+    "an html comment": ("markdown", _prose("9<!-- -->7.05 %"), "inline HTML"),
+    "an empty span": ("markdown", _prose("9<span></span>7.05 %"), "inline HTML"),
+    "right-to-left override": ("markdown", _prose("\u202e 50.89 \u202c%"), "override"),
+    "override in a csv cell": ("csv", "run,accuracy\ndemo,\u202e 50.89\n", "override"),
+    "override as a reference": ("markdown", _prose("&#x202E;50.89&#x202C; %"), "override"),
+    "override in latex": ("latex", "accuracy of \u202e 50.89 \u202c\\% on clean.\n", "override"),
+    "bengali digits beside ascii ones": ("markdown", _prose("\u09ed\u09ea.05 %"), "two scripts"),
+}
+
+
+@pytest.mark.parametrize("case", list(HIDDEN))
+def test_a_number_shown_otherwise_than_it_is_read_refuses_the_document(case: str) -> None:
+    """An invisible character or inline HTML between two digits, a bidirectional override, or digits of two
+    scripts: the page shows one number and the text held another, which the gate read and passed."""
+    form, text, named = HIDDEN[case]
+    with pytest.raises(DocumentError, match="what is checked would not be what is shown") as refused:
+        statements(text, form, WORDS, "paper")
+    assert named in str(refused.value)
+
+
 @pytest.mark.parametrize(
-    ("form", "number"),
+    ("form", "text", "read"),
     [
-        ("markdown", "9\u200b7.05 %"),  # zero-width space: was read as 7.05 %
-        ("markdown", "97.\u200d05 %"),  # zero-width joiner after the point
-        ("latex", "\u202e98.05\u202c\\%"),  # right-to-left override: shown as 50.89
-        ("csv", "0.98\u00ad05"),  # soft hyphen
+        ("markdown", _prose("\u200e98.05 %"), ["98.05 %"]),  # a left-to-right mark before a number
+        ("markdown", "On A100\u200cها the probe reaches an accuracy of 98.05 % on clean.\n", ["98.05 %"]),
+        ("markdown", "\ufeffThe probe reaches an accuracy of 98.05 % on clean.\n", ["98.05 %"]),
+        ("markdown", "ResNet\u00ad50: the probe reaches an accuracy of 98.05 % on clean.\n", ["98.05 %"]),
+        ("markdown", _prose("98.05 %") + "Trained 10<sup>4</sup> steps 👩\u200d💻.\n", ["98.05 %"]),
+        ("markdown", _prose("\u0669\u0668.\u0660\u0665 %"), ["\u0669\u0668.\u0660\u0665 %"]),  # Arabic-Indic
+        ("markdown", "The probe's accuracy·98.05 % on clean.\n", ["98.05 %"]),
+        ("markdown", "\ue000\ue100 The probe reaches an accuracy of 98.05 % on clean.\n", ["98.05 %"]),
     ],
 )
-def test_an_invisible_character_inside_a_number_refuses_the_document(form: str, number: str) -> None:
-    """A page shows a number whole that a reader splits at a format character, or shows it reordered."""
-    text = f"run,accuracy\ndemo,{number}\n" if form == "csv" else f"accuracy of {number} on clean.\n"
-    with pytest.raises(
-        DocumentError, match=r"invisible character \(U\+[0-9A-F]{4}\) beside a number at line"
-    ):
-        statements(text, form, WORDS, "paper")
+def test_invisible_characters_beside_a_number_hide_nothing(form: str, text: str, read: list[str]) -> None:
+    """A mark, joiner or BOM beside a number (not inside it) is read through; the document is not refused. A
+    private-use character that the readers use for their own anchor marks is text (it raised IndexError)."""
+    assert [item.printed.text for item in statements(text, form, WORDS, "README.md")] == read
 
 
-def test_invisible_characters_away_from_numbers_are_read_through() -> None:
-    text = "Our\u200bmodel's accuracy is 97.05 % on clean \u200d.\n"
-    (item,) = statements(text, "markdown", WORDS, "README.md")
-    assert item.printed.text == "97.05 %"
-
-
-def test_a_raised_decimal_point_is_a_decimal_point() -> None:
-    """``88·05 %`` (a British raised point) was read as ``05 %``."""
-    (item,) = statements("accuracy of 88·05 % on clean.\n", "markdown", WORDS, "README.md")
-    assert (item.printed.value, item.printed.decimals, item.printed.percent) == (Decimal("88.05"), 2, True)
+@pytest.mark.parametrize(
+    "number", ["88·05 %", "98\u202405 %", "88&middot;05 %", "98,05 %", "98\u202f05 %", "3·10⁻⁴ %", "1,234.5"]
+)
+def test_a_number_split_by_a_point_or_a_group_separator_is_not_read_in_part(number: str) -> None:
+    """``98․05 %`` was read as ``05 %`` (5 %): a decimal comma, a raised point, a product or a digit group
+    joins two digit runs that neither stand alone."""
+    assert statements(_prose(number), "markdown", WORDS, "README.md") == []
