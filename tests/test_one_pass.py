@@ -5,8 +5,12 @@ again only where a storage holds a non-finite value; sessions and ``verify`` lea
 
 from __future__ import annotations
 
+import collections
 import hashlib
+import io
 import json
+import pickle
+import zipfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -192,3 +196,97 @@ def test_a_nan_planted_in_a_checkpoint_fails_finite_in_one_pass(
     assert finite["verdict"] == "failed" and f"model.{name}" in finite["message"], finite
     assert verdicts[("checkpoint.safe_load", "best.pth")]["evidence"]["one_pass"] is True
     assert verdicts[("manifest.sha256", "best.pth")]["verdict"] != "passed"  # other bytes than the pull's
+
+
+class _Record:
+    """A storage's persistent id in a hand-written ``data.pkl``."""
+
+    def __init__(self, pid: tuple[Any, ...]) -> None:
+        self.pid = pid
+
+
+class _Rebuilt:
+    """A tensor as ``torch._utils._rebuild_tensor_v3`` builds it: with a dtype of its own."""
+
+    def __init__(self, *args: Any) -> None:
+        self.args = args
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (torch._utils._rebuild_tensor_v3, self.args)
+
+
+class _RecordPickler(pickle.Pickler):
+    def persistent_id(self, obj: Any) -> Any:
+        return obj.pid if isinstance(obj, _Record) else None
+
+
+def _with_data_pkl(path: Path, payload: Any) -> None:
+    """``path``'s archive with its ``data.pkl`` replaced by ``payload`` pickled as torch pickles."""
+    written = io.BytesIO()
+    _RecordPickler(written, protocol=2).dump(payload)
+    with zipfile.ZipFile(path) as archive:
+        entries = {name: archive.read(name) for name in archive.namelist()}
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED) as archive:
+        for name, data in entries.items():
+            archive.writestr(name, written.getvalue() if name.endswith("/data.pkl") else data)
+
+
+def test_a_tensor_whose_dtype_is_not_its_storages_is_scanned_as_the_loader_builds_it(tmp_path: Path) -> None:
+    """The pass once laid the archive out itself, from the storage types ``data.pkl`` names: a float32
+    tensor built over a storage pickled as ``IntStorage`` (``_rebuild_tensor_v3`` gives the dtype) held a
+    NaN that it never scanned, and it said finite. Spans now come from the loaded tensors and the kernel's
+    map of the file."""
+    path = tmp_path / "best.pth"
+    torch.save({"w": torch.tensor([1.0, float("nan")])}, path)
+    record = _Record(("storage", torch.IntStorage, "0", "cpu", 2))
+    _with_data_pkl(
+        path, {"w": _Rebuilt(record, 0, (2,), (1,), False, collections.OrderedDict(), torch.float32)}
+    )
+    reference = inspect(path)
+    inspection, sha256, _ = inspect_in_one_pass(path)
+    assert reference.nonfinite == ["w"]
+    assert isinstance(inspection, checkpoints.Inspection) and inspection.nonfinite == ["w"]
+    assert sha256 == hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_one_storage_under_two_dtypes_is_scanned_under_each(tmp_path: Path) -> None:
+    """float32 ``[NaN, 0]`` read as one float64 is finite: storages were scanned once, under the first dtype
+    a tensor over them had, in both readers (torch.save refuses to write this; a hand-made pickle does)."""
+    path = tmp_path / "best.pth"
+    torch.save({"w": torch.tensor([float("nan"), 0.0, 1.0, 2.0])}, path)
+    record = _Record(("storage", torch.FloatStorage, "0", "cpu", 4))
+    hooks = collections.OrderedDict()
+    _with_data_pkl(
+        path,
+        {
+            "as_float64": _Rebuilt(record, 0, (2,), (1,), False, hooks, torch.float64),
+            "as_float32": _Rebuilt(record, 0, (4,), (1,), False, hooks, torch.float32),
+        },
+    )
+    inspection, _, _ = inspect_in_one_pass(path)
+    assert inspect(path).nonfinite == ["as_float32"]
+    assert isinstance(inspection, checkpoints.Inspection) and inspection.nonfinite == ["as_float32"]
+
+
+def test_a_float8_nan_is_named_not_a_crash(tmp_path: Path) -> None:
+    """``torch.isfinite`` has no float8 kernel: naming the tensor raised NotImplementedError."""
+    path = tmp_path / "best.pth"
+    torch.save({"w": torch.tensor([1.0, float("nan")]).to(torch.float8_e4m3fn)}, path)
+    inspection, _, _ = inspect_in_one_pass(path)
+    assert inspect(path).nonfinite == ["w"]
+    assert isinstance(inspection, checkpoints.Inspection) and inspection.nonfinite == ["w"]
+
+
+def test_an_archive_python_cannot_read_is_refused_in_one_line(tmp_path: Path) -> None:
+    """Bytes between the central directory and its end record: ``zipfile`` raised BadZipFile, uncaught."""
+    path = tmp_path / "best.pth"
+    torch.save({"w": torch.ones(4)}, path)
+    raw = path.read_bytes()
+    end = raw.rindex(b"PK\x05\x06")
+    path.write_bytes(raw[:end] + b"\0" * 16 + raw[end:])
+    for reader in (inspect, lambda file: inspect_in_one_pass(file)[0]):
+        try:
+            found = reader(path)
+        except CheckpointRefused as refused:
+            found = refused
+        assert isinstance(found, CheckpointRefused) and "\n" not in str(found), found
