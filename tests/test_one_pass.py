@@ -290,3 +290,29 @@ def test_an_archive_python_cannot_read_is_refused_in_one_line(tmp_path: Path) ->
         except CheckpointRefused as refused:
             found = refused
         assert isinstance(found, CheckpointRefused) and "\n" not in str(found), found
+
+
+def test_a_big_endian_archive_is_scanned_through_the_map(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """torch byte-swaps a big-endian archive's storages in its private map: the file's bytes are not the
+    tensors', so the pass must not judge them (a NaN written big-endian is no NaN read little-endian)."""
+    path = tmp_path / "best.pth"
+    torch.save({"w": torch.tensor([1.0, float("nan")])}, path)
+    with zipfile.ZipFile(path) as archive:
+        entries = {name: archive.read(name) for name in archive.namelist()}
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED) as archive:
+        for name, content in entries.items():
+            if name.endswith("/byteorder"):
+                content = b"big"
+            elif name.endswith("/data/0"):  # each float32 written big-endian
+                content = b"".join(content[at : at + 4][::-1] for at in range(0, len(content), 4))
+            archive.writestr(name, content)
+    mapped_scans: list[int] = []
+    scan = checkpoints._nonfinite_tensors
+    monkeypatch.setattr(
+        checkpoints, "_nonfinite_tensors", lambda found, module: mapped_scans.append(1) or scan(found, module)
+    )
+    inspection, _, _ = inspect_in_one_pass(path)
+    assert mapped_scans == [1]
+    assert isinstance(inspection, checkpoints.Inspection) and inspection.nonfinite == inspect(path).nonfinite
