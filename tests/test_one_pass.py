@@ -140,6 +140,8 @@ def test_verify_leaves_checkpoints_to_its_sessions_one_pass(
 ) -> None:
     """The hashing process forked by verify reads every file but the checkpoints chosen for one pass; the
     sessions forked after it read those in one pass, whatever their own reading of the memory says."""
+    monkeypatch.setattr(hashing, "_hashed_before_fork", {})  # this process's own, whatever the test's end
+    monkeypatch.setattr(hashing, "_left_for_one_pass", set())
     files = {name: tmp_path / name for name in ("best.pth", "train.csv")}
     for path in files.values():
         path.write_bytes(b"bytes of " + path.name.encode())
@@ -151,8 +153,6 @@ def test_verify_leaves_checkpoints_to_its_sessions_one_pass(
     monkeypatch.setattr(hashing, "cache_room", lambda: 1 << 40)
     sizes = {path: path.stat().st_size for path in files.values()}
     assert hashing.one_pass_checkpoints(files.values(), sizes) == {files["best.pth"]}
-    hashing._hashed_before_fork.clear()
-    hashing._left_for_one_pass.clear()
 
 
 def _custody(run_audits: Callable[..., Any], project: Path, *args: str) -> dict[tuple[str, str], Any]:
