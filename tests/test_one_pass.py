@@ -10,6 +10,8 @@ import hashlib
 import io
 import json
 import pickle
+import subprocess
+import sys
 import zipfile
 from collections.abc import Callable
 from pathlib import Path
@@ -65,9 +67,9 @@ def test_one_read_gives_hashlibs_digest_and_the_mapped_scans_inspection(
     rescans: list[int] = []
     mapped_scan = checkpoints._nonfinite_tensors
 
-    def counted(found: Any, module: Any) -> list[str]:
+    def counted(path: Path, found: Any, *rest: Any) -> list[str]:
         rescans.append(len(found))
-        return mapped_scan(found, module)
+        return mapped_scan(path, found, *rest)
 
     monkeypatch.setattr(checkpoints, "_nonfinite_tensors", counted)
     inspection, sha256, opened = inspect_in_one_pass(path)
@@ -215,6 +217,16 @@ class _Rebuilt:
         return (torch._utils._rebuild_tensor_v3, self.args)
 
 
+class _Called:
+    """A call ``data.pkl`` makes while it is loaded."""
+
+    def __init__(self, function: Any, *args: Any) -> None:
+        self.function, self.args = function, args
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (self.function, self.args)
+
+
 class _RecordPickler(pickle.Pickler):
     def persistent_id(self, obj: Any) -> Any:
         return obj.pid if isinstance(obj, _Record) else None
@@ -277,13 +289,31 @@ def test_a_float8_nan_is_named_not_a_crash(tmp_path: Path) -> None:
     assert isinstance(inspection, checkpoints.Inspection) and inspection.nonfinite == ["w"]
 
 
-def test_an_archive_python_cannot_read_is_refused_in_one_line(tmp_path: Path) -> None:
-    """Bytes between the central directory and its end record: ``zipfile`` raised BadZipFile, uncaught."""
+def _gap_before_the_end_record(raw: bytes) -> bytes:
+    end = raw.rindex(b"PK\x05\x06")
+    return raw[:end] + b"\0" * 16 + raw[end:]
+
+
+def _data_pkl_marked_encrypted(raw: bytes) -> bytes:
+    """The general-purpose flag's encryption bit set on ``data.pkl`` in its central directory entry."""
+    data = bytearray(raw)
+    at = 0
+    while (at := raw.find(b"PK\x01\x02", at + 1)) > 0:
+        length = int.from_bytes(raw[at + 28 : at + 30], "little")
+        if raw[at + 46 : at + 46 + length].endswith(b"/data.pkl"):
+            data[at + 8] |= 1
+    return bytes(data)
+
+
+@pytest.mark.parametrize("damage", [_gap_before_the_end_record, _data_pkl_marked_encrypted])
+def test_an_archive_python_cannot_read_is_refused_in_one_line(
+    tmp_path: Path, damage: Callable[[bytes], bytes]
+) -> None:
+    """Bytes before the end record, or ``data.pkl`` marked encrypted: ``zipfile`` raised BadZipFile or
+    RuntimeError, uncaught."""
     path = tmp_path / "best.pth"
     torch.save({"w": torch.ones(4)}, path)
-    raw = path.read_bytes()
-    end = raw.rindex(b"PK\x05\x06")
-    path.write_bytes(raw[:end] + b"\0" * 16 + raw[end:])
+    path.write_bytes(damage(path.read_bytes()))
     for reader in (inspect, lambda file: inspect_in_one_pass(file)[0]):
         try:
             found = reader(path)
@@ -311,8 +341,76 @@ def test_a_big_endian_archive_is_scanned_through_the_map(
     mapped_scans: list[int] = []
     scan = checkpoints._nonfinite_tensors
     monkeypatch.setattr(
-        checkpoints, "_nonfinite_tensors", lambda found, module: mapped_scans.append(1) or scan(found, module)
+        checkpoints, "_nonfinite_tensors", lambda *args: mapped_scans.append(1) or scan(*args)
     )
     inspection, _, _ = inspect_in_one_pass(path)
     assert mapped_scans == [1]
     assert isinstance(inspection, checkpoints.Inspection) and inspection.nonfinite == inspect(path).nonfinite
+
+
+def _both(path: Path) -> tuple[Any, Any]:
+    """``inspect`` and the one pass on ``path``, each an Inspection or the refusal."""
+    try:
+        reference: Any = inspect(path)
+    except CheckpointRefused as refused:
+        reference = refused
+    return reference, inspect_in_one_pass(path)[0]
+
+
+def test_a_state_the_loader_sets_on_a_tensor_is_what_is_scanned(tmp_path: Path) -> None:
+    """Unpickling sets a tensor's saved ``__dict__`` back on it: ``real = nan`` writes NaN into torch's
+    private copy of the mapped file. The one pass read the file's clean bytes and said finite; a map the
+    loader wrote into is now scanned as the loader left it."""
+    path = tmp_path / "best.pth"
+    weights = torch.ones(4)
+    weights.__dict__["real"] = float("nan")
+    torch.save({"w": weights}, path)
+    reference, inspection = _both(path)
+    assert reference.nonfinite == ["w"]
+    assert isinstance(inspection, checkpoints.Inspection) and inspection.nonfinite == ["w"]
+
+
+def test_two_storages_over_one_record_are_each_scanned_whole(tmp_path: Path) -> None:
+    """Keys ``"0"`` (one float) and ``0`` (four) name one record: scans were remembered by address and
+    dtype alone, so the longer storage, NaN at its end, was never scanned (in both readers)."""
+    path = tmp_path / "best.pth"
+    torch.save({"w": torch.tensor([1.0, 2.0, 3.0, float("nan")])}, path)
+    hooks = collections.OrderedDict()
+    short = _Record(("storage", torch.FloatStorage, "0", "cpu", 1))
+    whole = _Record(("storage", torch.FloatStorage, 0, "cpu", 4))
+    _with_data_pkl(
+        path,
+        {
+            "a": _Rebuilt(short, 0, (1,), (1,), False, hooks, torch.float32),
+            "b": _Rebuilt(whole, 0, (4,), (1,), False, hooks, torch.float32),
+        },
+    )
+    reference, inspection = _both(path)
+    assert reference.nonfinite == ["b"]
+    assert isinstance(inspection, checkpoints.Inspection) and inspection.nonfinite == ["b"]
+
+
+def test_a_large_storage_the_loader_allocated_is_scanned_without_releasing_heap_pages(tmp_path: Path) -> None:
+    """A legacy constructor's 1 MiB storage lives on the heap, not in the map: releasing its pages after
+    the scan (``madvise(DONTNEED)``) broke the allocator, and the process aborted with no report."""
+    path = tmp_path / "best.pth"
+    torch.save({"w": torch.ones(1)}, path)
+    _with_data_pkl(path, {"w": _Called(torch.FloatTensor, 262_144)})  # built while loading, on the heap
+    probe = (
+        "import sys; from pathlib import Path; from runaudit.checkpoints import inspect, inspect_in_one_pass\n"
+        "path = Path(sys.argv[1]); print(inspect(path).nonfinite, inspect_in_one_pass(path)[0].nonfinite)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe, str(path)], capture_output=True, text=True, check=False
+    )
+    assert (done.returncode, done.stdout.strip()) == (0, "[] []"), done.stderr[-2000:]
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")  # torch marks sparse CSR as beta
+@pytest.mark.parametrize("layout", [torch.sparse_coo, torch.sparse_csr])
+def test_a_sparse_tensor_is_refused_in_one_line_by_both_readers(tmp_path: Path, layout: Any) -> None:
+    path = tmp_path / "best.pth"
+    dense = torch.tensor([[0.0, float("nan")], [1.0, 0.0]])
+    torch.save({"w": dense.to_sparse() if layout is torch.sparse_coo else dense.to_sparse_csr()}, path)
+    for found in _both(path):
+        assert isinstance(found, CheckpointRefused) and "cannot be scanned" in str(found), found
