@@ -391,11 +391,25 @@ def test_two_storages_over_one_record_are_each_scanned_whole(tmp_path: Path) -> 
 
 
 def test_a_large_storage_the_loader_allocated_is_scanned_without_releasing_heap_pages(tmp_path: Path) -> None:
-    """A legacy constructor's 1 MiB storage lives on the heap, not in the map: releasing its pages after
-    the scan (``madvise(DONTNEED)``) broke the allocator, and the process aborted with no report."""
+    """A tensor the loader converts (float64 in the file, float32 loaded) is a 1 MiB storage on the heap,
+    not in the map: releasing its pages after the scan (``madvise(DONTNEED)``) broke the allocator, and the
+    process aborted with no report."""
     path = tmp_path / "best.pth"
-    torch.save({"w": torch.ones(1)}, path)
-    _with_data_pkl(path, {"w": _Called(torch.FloatTensor, 262_144)})  # built while loading, on the heap
+    elements = 262_144
+    torch.save({"w": torch.ones(elements, dtype=torch.float64)}, path)
+    in_file = _Rebuilt(
+        _Record(("storage", torch.DoubleStorage, "0", "cpu", elements)),
+        0,
+        (elements,),
+        (1,),
+        False,
+        collections.OrderedDict(),
+        torch.float64,
+    )
+    converted = _Called(
+        torch._utils._rebuild_device_tensor_from_cpu_tensor, in_file, torch.float32, "cpu", False
+    )
+    _with_data_pkl(path, {"w": converted})
     probe = (
         "import sys; from pathlib import Path; from runaudit.checkpoints import inspect, inspect_in_one_pass\n"
         "path = Path(sys.argv[1]); print(inspect(path).nonfinite, inspect_in_one_pass(path)[0].nonfinite)\n"
