@@ -428,3 +428,58 @@ def test_a_sparse_tensor_is_refused_in_one_line_by_both_readers(tmp_path: Path, 
     torch.save({"w": dense.to_sparse() if layout is torch.sparse_coo else dense.to_sparse_csr()}, path)
     for found in _both(path):
         assert isinstance(found, CheckpointRefused) and "cannot be scanned" in str(found), found
+
+
+def _saved(tmp_path: Path, payload: Any) -> Path:
+    path = tmp_path / "best.pth"
+    torch.save(payload, path)
+    return path
+
+
+def test_saved_state_that_replaces_a_tensors_methods_refuses_the_checkpoint(tmp_path: Path) -> None:
+    """Unpickling replays a tensor's saved ``__dict__``: ``is_floating_point = set`` answered False, and a
+    NaN in the weights was never scanned by either reader (``checkpoint.finite`` passed)."""
+    weights = torch.tensor([1.0, float("nan")])
+    weights.__dict__["is_floating_point"] = set
+    for found in _both(_saved(tmp_path, {"model": {"w": weights}})):
+        assert isinstance(found, CheckpointRefused) and "is_floating_point" in str(found), found
+
+
+def test_tensors_kept_in_sets_or_as_keys_are_scanned(tmp_path: Path) -> None:
+    """The walk took mappings' values, lists and tuples only: a NaN tensor in a set or used as a key was
+    never scanned."""
+    kept = {torch.tensor([float("inf")])}
+    keyed = {torch.tensor([float("nan")]): 1}
+    path = _saved(tmp_path, {"model": {"w": torch.ones(2)}, "kept": kept, "by": keyed})
+    for found in _both(path):
+        assert isinstance(found, checkpoints.Inspection), found
+        assert sorted(found.nonfinite) == ["by.<key>", "kept{}"]
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")  # torch deprecates creating quantized tensors
+def test_a_quantized_tensor_with_a_nan_scale_is_named(tmp_path: Path) -> None:
+    """A quantized tensor is not floating: its scale was never looked at, and a NaN scale dequantizes every
+    value to NaN."""
+    quantized = torch.quantize_per_tensor(torch.ones(4), scale=float("nan"), zero_point=0, dtype=torch.qint8)
+    for found in _both(_saved(tmp_path, {"model": {"q": quantized, "w": torch.ones(2)}})):
+        assert isinstance(found, checkpoints.Inspection) and found.nonfinite == ["model.q"]
+
+
+def test_a_compressed_record_is_refused(tmp_path: Path) -> None:
+    """A memory map of a deflated record reads the compressed bytes as the tensor's; a plain load inflates
+    them: the two disagreed, and the NaN the plain load shows was missed."""
+    path = _saved(tmp_path, {"w": torch.tensor([1.0, float("nan")] * 64)})
+    with zipfile.ZipFile(path) as archive:
+        entries = {name: archive.read(name) for name in archive.namelist()}
+    with zipfile.ZipFile(path, "w") as archive:
+        for name, content in entries.items():
+            archive.writestr(name, content, zipfile.ZIP_DEFLATED if "/data/" in name else zipfile.ZIP_STORED)
+    for found in _both(path):
+        assert isinstance(found, CheckpointRefused) and "compressed" in str(found), found
+
+
+def test_names_are_bounded_however_long_the_keys(tmp_path: Path) -> None:
+    """A 100,000-character key over 200,000 entries named each child in full: ~20 GB for a 300 kB file."""
+    path = _saved(tmp_path, {"k" * 100_000: [None] * 200_000, "w": torch.ones(2)})
+    for found in _both(path):
+        assert isinstance(found, checkpoints.Inspection) and found.tensors == 1
