@@ -10,9 +10,12 @@ import hashlib
 import io
 import json
 import pickle
+import struct
 import subprocess
 import sys
+import tracemalloc
 import zipfile
+import zlib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -483,3 +486,122 @@ def test_names_are_bounded_however_long_the_keys(tmp_path: Path) -> None:
     path = _saved(tmp_path, {"k" * 100_000: [None] * 200_000, "w": torch.ones(2)})
     for found in _both(path):
         assert isinstance(found, checkpoints.Inspection) and found.tensors == 1
+
+
+def test_the_walk_holds_no_name_per_entry(tmp_path: Path) -> None:
+    """Names kept to 200 characters still made one per entry: a 10 MB file of ten million ``None`` under a
+    190-character key held 4.2 GB (a plain load, 0.33 GB). A million entries here, measured as allocated."""
+    path = _saved(tmp_path, {"k" * 190: [None] * 1_000_000, "w": torch.ones(2)})
+    tracemalloc.start()
+    try:
+        found = inspect(path)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert found.tensors == 1
+    assert peak < 64 << 20, (
+        f"the walk allocated {peak >> 20} MiB at its peak for one tensor among a million None"
+    )
+
+
+def _zip_entry(
+    name: bytes, data: bytes, deflated: bool, at: int, comment: bytes = b""
+) -> tuple[bytes, bytes]:
+    """The local record of one zip entry and its central directory entry (pointing at byte ``at``)."""
+    if deflated:
+        packer = zlib.compressobj(wbits=-15)
+        payload = packer.compress(data) + packer.flush()
+    else:
+        payload = data
+    method, crc = (8 if deflated else 0), zlib.crc32(data)
+    local = struct.pack(
+        "<IHHHHHIIIHH", 0x04034B50, 20, 0, method, 0, 0x21, crc, len(payload), len(data), len(name), 0
+    )
+    central = struct.pack(
+        "<IHHHHHHIIIHHHHHII", 0x02014B50, 20, 20, 0, method, 0, 0x21, crc, len(payload), len(data), len(name), 0,
+        len(comment), 0, 0, 0, at,
+    )  # fmt: skip
+    return local + name + payload, central + name + comment
+
+
+def test_a_second_central_directory_cannot_hide_a_compressed_record(tmp_path: Path) -> None:
+    """torch's reader takes the directory where the end record says it starts, Python's ``zipfile`` the one
+    that ends right before the end record. With two, torch read a deflated record (its memory map: the
+    compressed bytes) while ``zipfile`` saw every record stored, and a NaN a plain load shows was missed."""
+    nan_weights = {"w": torch.tensor([1.0, 2.0, float("nan")] + [0.5] * 61)}
+    decoy = {"w": torch.ones(64)}
+    archives = []
+    for payload in (nan_weights, decoy):
+        with zipfile.ZipFile(_saved(tmp_path, payload)) as archive:
+            archives.append([(info.filename.encode(), archive.read(info)) for info in archive.infolist()])
+    body, torch_directory, zipfile_directory = b"", b"", b""
+    torch_local_at = []
+    for name, data in archives[0]:
+        torch_local_at.append(len(body))
+        body += _zip_entry(name, data, b"/data/" in name, 0)[0]
+    decoy_local_at = []
+    for name, data in archives[1]:
+        decoy_local_at.append(len(body))
+        body += _zip_entry(name, data, False, 0)[0]
+    for (name, data), at in zip(archives[0], torch_local_at, strict=True):
+        torch_directory += _zip_entry(name, data, b"/data/" in name, at)[1]
+    # zipfile shifts every offset by where it found its directory past where the end record says (concat).
+    shift = len(torch_directory)
+    for (name, data), at in zip(archives[1], decoy_local_at, strict=True):
+        zipfile_directory += _zip_entry(name, data, False, at - shift)[1]
+    last_name, last_data = archives[1][-1]
+    padding = b"c" * (len(torch_directory) - len(zipfile_directory))
+    zipfile_directory = zipfile_directory[: -len(_zip_entry(last_name, last_data, False, 0)[1])]
+    zipfile_directory += _zip_entry(last_name, last_data, False, decoy_local_at[-1] - shift, padding)[1]
+    count = len(archives[0])
+    end = struct.pack("<IHHHHIIH", 0x06054B50, 0, 0, count, count, len(torch_directory), len(body), 0)
+    path = tmp_path / "two-directories.pth"
+    path.write_bytes(body + torch_directory + zipfile_directory + end)
+
+    assert not torch.isfinite(torch.load(path, weights_only=True)["w"]).all()  # what torch itself reads
+    with zipfile.ZipFile(path) as archive:
+        assert {info.compress_type for info in archive.infolist()} == {zipfile.ZIP_STORED}
+    for found in _both(path):
+        assert isinstance(found, CheckpointRefused) and "directory" in str(found), found
+
+
+def _with_comment(raw: bytes) -> bytes:
+    return raw[:-2] + struct.pack("<H", 4) + b"note"
+
+
+def _gap_before_the_end_records(raw: bytes) -> bytes:
+    record_at = len(raw) - 22 - 20 - 56
+    locator = raw[record_at + 56 : record_at + 56 + 20]
+    moved = locator[:8] + struct.pack("<Q", record_at + 16) + locator[16:]
+    return raw[:record_at] + bytes(16) + raw[record_at : record_at + 56] + moved + raw[-22:]
+
+
+def _locator_elsewhere(raw: bytes) -> bytes:
+    at = len(raw) - 22 - 20
+    return raw[: at + 8] + struct.pack("<Q", 0) + raw[at + 16 :]
+
+
+def _one_entry_fewer(raw: bytes) -> bytes:
+    record_at = len(raw) - 22 - 20 - 56
+    record = bytearray(raw[record_at : record_at + 56])
+    for offset in (24, 32):
+        struct.pack_into("<Q", record, offset, struct.unpack_from("<Q", record, offset)[0] - 1)
+    end = bytearray(raw[-22:])
+    for offset in (8, 10):
+        struct.pack_into("<H", end, offset, struct.unpack_from("<H", end, offset)[0] - 1)
+    return raw[:record_at] + bytes(record) + raw[record_at + 56 : -22] + bytes(end)
+
+
+@pytest.mark.parametrize(
+    "rewrite", [_with_comment, _gap_before_the_end_records, _locator_elsewhere, _one_entry_fewer]
+)
+def test_end_records_torch_never_writes_are_refused(
+    tmp_path: Path, rewrite: Callable[[bytes], bytes]
+) -> None:
+    """Each of these lets torch's reader and ``zipfile`` start from different records or count different
+    entries; torch.save writes none of them, so none is read on trust."""
+    path = _saved(tmp_path, {"w": torch.ones(4)})
+    assert all(isinstance(found, checkpoints.Inspection) for found in _both(path))
+    path.write_bytes(rewrite(path.read_bytes()))
+    for found in _both(path):
+        assert isinstance(found, CheckpointRefused) and str(found).count("\n") == 0, found
