@@ -87,6 +87,11 @@ LATEX_SKIPPED = frozenset(
         "renewcommand", "arraystretch", "tabcolsep", "fontsize", "linewidth", "textwidth", "columnwidth",
     }
 )  # fmt: skip
+# Skipped macros that still print something where they stand (a citation mark, a reference number, a link).
+LATEX_SKIPPED_SHOWN = frozenset(
+    {"ref", "eqref", "autoref", "cref", "Cref", "cite", "citep", "citet", "includegraphics", "input", "include",
+     "url", "href", "bibliography"}
+)  # fmt: skip
 LATEX_UNREAD = frozenset(
     {"equation", "align", "gather", "multline", "eqnarray", "displaymath", "math", "verbatim", "lstlisting",
      "minted", "algorithm", "algorithmic", "comment"}
@@ -219,6 +224,8 @@ class Prose:
     starts: list[int] = field(default_factory=list)  # offsets where a new source line begins
     lines: list[int] = field(default_factory=list)  # ... and that line's number
     anchors: list[str] = field(default_factory=list)
+    # LaTeX: the line of a command that printed nothing right after a digit, until the next printed text.
+    silenced_after_digit: int | None = None
 
     def add(self, text: str, line: int) -> None:
         position = len(self.text)
@@ -547,7 +554,8 @@ def latex_statements(text: str, vocabulary: Vocabulary, document: str) -> Iterat
     def line_at(position: int) -> int:
         return bisect.bisect_left(newlines, position) + 1
 
-    text = _LATEX_DECORATION.sub(lambda found: re.sub(r"[^\n]", " ", found.group(0)), text)
+    # Decoration becomes a command that prints nothing, of the same length (the lines stay where they were).
+    text = _LATEX_DECORATION.sub(lambda found: "\\relax".ljust(len(found.group(0))), text)
     try:
         nodes, _, _ = LatexWalker(text, tolerant_parsing=True).get_latex_nodes()
     except (LatexWalkerError, RecursionError) as exc:
@@ -591,9 +599,13 @@ def _walk_latex(nodes, prose, tables, stamp, line_at, vocabulary, document, sour
                 _walk_latex(node.nodelist, prose, tables, stamp, line_at, vocabulary, document, source)
                 prose.add("\n\n", line_at(node.pos + node.len))
         elif isinstance(node, LatexCharsNode):
-            prose.add(node.chars, line)
+            _add_printed(prose, node.chars, line, document)
         elif isinstance(node, LatexMacroNode) and node.macroname in LATEX_SKIPPED:
-            prose.add(" ", line)
+            if node.macroname in LATEX_SKIPPED_SHOWN:
+                _add_printed(prose, " ", line, document)
+            else:
+                _silence(prose, line)
+                prose.add(" ", line)
         elif isinstance(node, LatexMacroNode) and node.macroname in (
             "section",
             "subsection",
@@ -604,7 +616,38 @@ def _walk_latex(nodes, prose, tables, stamp, line_at, vocabulary, document, sour
         elif isinstance(node, LatexGroupNode):
             _walk_latex(node.nodelist, prose, tables, stamp, line_at, vocabulary, document, source)
         else:
-            prose.add(_latex_text(node.latex_verbatim()), line)
+            printed = _latex_text(node.latex_verbatim())
+            if printed:
+                _add_printed(prose, printed, line, document)
+            else:
+                _silence(prose, line)
+
+
+def _silence(prose: Prose, line: int) -> None:
+    """Note a LaTeX command that prints nothing: right after a digit, it may sit inside a number."""
+    if prose.silenced_after_digit is None and _DIGIT_AT_END.search(prose.text[-2:]):
+        prose.silenced_after_digit = line
+
+
+def _add_printed(prose: Prose, printed: str, line: int, document: str) -> None:
+    """Add what a LaTeX node prints, refusing a number that a command printing nothing splits.
+
+    ``9\\hspace{0pt}7.05`` is typeset 97.05; the reader, which gives a layout command's place a space,
+    would read 7.05 (likewise ``\\label``, ``\\relax``, ``\\kern0pt``, an empty ``\\mbox{}`` or ``$\\!$``).
+    """
+    if prose.silenced_after_digit is not None and printed:
+        if _NUMBER_GOES_ON.match(printed):
+            raise DocumentError(
+                f"{document}: a LaTeX command that prints nothing inside a number at line "
+                f"{prose.silenced_after_digit}: it is typeset as one number and would be read as two; what "
+                "is checked would not be what is shown (docs/claims.md)"
+            )
+        prose.silenced_after_digit = None
+    prose.add(printed, line)
+
+
+_DIGIT_AT_END = re.compile(r"\d\.?$")  # "9" or "9." before a command: the number may go on after it
+_NUMBER_GOES_ON = re.compile(r"\.?\d")
 
 
 @functools.cache

@@ -233,6 +233,42 @@ def test_a_number_shown_otherwise_than_it_is_read_refuses_the_document(case: str
     assert named in str(refused.value)
 
 
+def _latex(number: str) -> str:
+    return f"The probe reaches an accuracy of {number}\\% on clean.\n"
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        r"\hspace{0pt}", r"\hspace*{0pt}", r"\label{x}", r"\relax ", r"\kern0pt ", r"\hskip 0pt ", r"\!",
+        r"\mbox{}", r"{\vspace{1em}}", r"\textcolor{red}{}", r"\cellcolor{red}", r"$\!$", r"\mycommand{}",
+        r"\resizebox{1cm}{!}{8}",
+    ],
+)  # fmt: skip
+def test_a_latex_command_that_prints_nothing_inside_a_number_refuses_the_document(command: str) -> None:
+    """``9\\hspace{0pt}7.05`` is typeset 97.05 and was read as 7.05: a layout command's place is a space to the
+    reader, and a command it does not know (one the paper defines) prints what the reader cannot see."""
+    for number in (f"9{command}7.05", f"97.{command}05"):
+        with pytest.raises(DocumentError, match="prints nothing inside a number"):
+            statements(_latex(number), "latex", WORDS, "paper.tex")
+
+
+@pytest.mark.parametrize(
+    ("number", "read"),
+    [
+        ("97.05", ["97.05%"]),
+        (r"9{}7.05", ["97.05%"]),  # an empty group: typeset and read as one number
+        ("9%\n7.05", ["97.05%"]),  # a comment swallows the line's end in both
+        (r"9\,7.05", ["7.05%"]),  # a thin space shows a gap
+        (r"9\cite{a}7.05", ["7.05%"]),  # a citation mark shows between
+        (r"\label{x}97.05", ["97.05%"]),
+        (r"\cellcolor{red}97.05", ["97.05%"]),
+    ],
+)
+def test_latex_commands_beside_a_number_or_shown_inside_it_hide_nothing(number: str, read: list[str]) -> None:
+    assert [item.printed.text for item in statements(_latex(number), "latex", WORDS, "paper.tex")] == read
+
+
 @pytest.mark.parametrize(
     ("form", "text", "read"),
     [
