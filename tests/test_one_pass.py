@@ -14,6 +14,7 @@ import struct
 import subprocess
 import sys
 import tracemalloc
+import warnings
 import zipfile
 import zlib
 from collections.abc import Callable
@@ -605,3 +606,75 @@ def test_end_records_torch_never_writes_are_refused(
     path.write_bytes(rewrite(path.read_bytes()))
     for found in _both(path):
         assert isinstance(found, CheckpointRefused) and str(found).count("\n") == 0, found
+
+
+def test_an_ordered_dicts_saved_attributes_are_scanned(tmp_path: Path) -> None:
+    """``torch.save`` keeps an OrderedDict's attributes and a plain load restores them: a NaN tensor kept as
+    ``state.extra`` was never walked, and both readers said finite."""
+    state = collections.OrderedDict(w=torch.ones(2))
+    state.extra = torch.tensor([float("nan"), 1.0])  # type: ignore[attr-defined]
+    for found in _both(_saved(tmp_path, state)):
+        assert isinstance(found, checkpoints.Inspection) and found.nonfinite == ["extra"], found
+
+
+def test_a_bare_storage_is_scanned_as_its_elements(tmp_path: Path) -> None:
+    """A float storage saved outside any tensor loads as floats all the same; it was not walked at all."""
+    with (
+        warnings.catch_warnings()
+    ):  # TypedStorage is deprecated (warned once), and still what torch.save writes
+        warnings.simplefilter("ignore")
+        storage = torch.FloatStorage([float("nan"), 2.0])
+    for found in _both(_saved(tmp_path, {"w": torch.ones(2), "kept": storage})):
+        assert isinstance(found, checkpoints.Inspection) and found.nonfinite == ["kept"], found
+
+
+def test_a_tensor_key_is_never_printed_to_name_what_it_holds(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each visit printed a tensor key to name the entry (11 ms for a 2**10-element key): a 6 kB file of
+    one such dict referenced n times took n times that, 31 hours at the visit bound."""
+    keyed = {torch.ones([2] * 10): torch.ones(2)}
+    path = _saved(tmp_path, [keyed] * 300)
+
+    def printed(tensor: torch.Tensor, *args: Any, **kwargs: Any) -> str:
+        raise AssertionError("a tensor key was printed to build a name")
+
+    monkeypatch.setattr(torch.Tensor, "__repr__", printed)
+    monkeypatch.setattr(torch.Tensor, "__format__", printed)
+    for found in _both(path):
+        assert isinstance(found, checkpoints.Inspection) and found.tensors == 2, found
+
+
+def test_one_tensor_referenced_a_million_times_is_kept_once(tmp_path: Path) -> None:
+    """Every reference kept a (name, tensor) pair: a 4 MB file held 1 GB where a plain load holds 260 MB."""
+    path = _saved(tmp_path, {"k" * 190: [torch.ones(2)] * 1_000_000})
+    tracemalloc.start()
+    try:
+        found = inspect(path)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert found.tensors == 1 and found.numel == 2
+    assert peak < 96 << 20, f"the walk allocated {peak >> 20} MiB at its peak for one tensor"
+
+
+def test_a_storage_past_its_record_is_refused_whatever_strings_the_pickle_holds(tmp_path: Path) -> None:
+    """The storage lister read ``data.pkl`` as ASCII where torch reads UTF-8: a key written as a byte
+    string ``é`` made it fail, and the check that a storage fits its record was skipped (the memory map
+    then reached 16 bytes past the record; a plain load refuses the file)."""
+    path = _saved(tmp_path, {"w": torch.ones(4)})
+    with zipfile.ZipFile(path) as archive:
+        entries = {name: archive.read(name) for name in archive.namelist()}
+    pickled = next(name for name in entries if name.endswith("/data.pkl"))
+    original = entries[pickled]
+    changed = original.replace(b"X\x01\x00\x00\x00w", b"U\x02\xc3\xa9", 1)  # SHORT_BINSTRING
+    changed = changed.replace(b"X\x03\x00\x00\x00cpuq\x06K\x04", b"X\x03\x00\x00\x00cpuq\x06K\x08", 1)
+    assert changed.count(b"\xc3\xa9") == 1 and b"K\x08" in changed
+    entries[pickled] = changed
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED) as archive:
+        for name, data in entries.items():
+            archive.writestr(name, data)
+    with pytest.raises(RuntimeError):
+        torch.load(path, weights_only=True)  # what a plain load says: the record is too short
+    for found in _both(path):
+        assert isinstance(found, CheckpointRefused) and "declares storage" in str(found), found
