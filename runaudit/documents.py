@@ -92,6 +92,26 @@ LATEX_SKIPPED_SHOWN = frozenset(
     {"ref", "eqref", "autoref", "cref", "Cref", "cite", "citep", "citet", "includegraphics", "input", "include",
      "url", "href", "bibliography"}
 )  # fmt: skip
+# Commands that print a visible gap: what stands either side of them is two things.
+LATEX_GAPS = frozenset({"hfill", "hfil", "hss", "quad", "qquad", "enspace", "enskip", "thinspace"})
+# Commands that print nothing, whatever the reader's converter prints for them (``\-`` a soft hyphen).
+LATEX_SILENT = frozenset(
+    {"-", "relax", "unskip", "ignorespaces", "nobreak", "allowbreak", "kern", "hskip", "xspace"}
+)
+# Boxes: their last argument is what they print (an empty one, nothing); phantoms print a gap as wide as it.
+LATEX_BOXES = {
+    "mbox": "{", "hbox": "{", "makebox": "[[{", "framebox": "[[{", "raisebox": "{[[{", "resizebox": "{{{",
+    "scalebox": "{[{", "rlap": "{", "llap": "{", "smash": "[{", "textsuperscript": "{", "textsubscript": "{",
+    "phantom": "{", "hphantom": "{", "vphantom": "{",
+}  # fmt: skip
+# Boxes shown as a mark or a gap beside what they follow, never part of it: ``98.1\\textsuperscript{1}`` is
+# 98.1 with a note mark. Read as a space when they hold anything visible, as nothing when they do not.
+LATEX_MARKS = frozenset({"phantom", "hphantom", "textsuperscript", "textsubscript"})
+# TeX's own character codes: a catcode change, ``\char`` or a ``^^`` escape makes the typeset characters
+# others than the text's, and no reader of the text follows them.
+_TEX_CHARACTER_CODES = re.compile(
+    r"\^\^|\\(?:catcode|char|chardef|mathchardef|mathcode|lccode|uccode|sfcode|delcode)(?![A-Za-z@])"
+)
 LATEX_UNREAD = frozenset(
     {"equation", "align", "gather", "multline", "eqnarray", "displaymath", "math", "verbatim", "lstlisting",
      "minted", "algorithm", "algorithmic", "comment"}
@@ -226,8 +246,11 @@ class Prose:
     anchors: list[str] = field(default_factory=list)
     # LaTeX: the line of a command that printed nothing right after a digit, until the next printed text.
     silenced_after_digit: int | None = None
+    last_visible: str = ""  # the last two characters added that are not white space
 
     def add(self, text: str, line: int) -> None:
+        if visible := text.rstrip():
+            self.last_visible = (self.last_visible + visible)[-2:]
         position = len(self.text)
         for index, piece in enumerate(text.split("\n")):
             self.starts.append(position)
@@ -557,7 +580,9 @@ def latex_statements(text: str, vocabulary: Vocabulary, document: str) -> Iterat
     # Decoration becomes a command that prints nothing, of the same length (the lines stay where they were).
     text = _LATEX_DECORATION.sub(lambda found: "\\relax".ljust(len(found.group(0))), text)
     try:
-        nodes, _, _ = LatexWalker(text, tolerant_parsing=True).get_latex_nodes()
+        nodes, _, _ = LatexWalker(
+            text, latex_context=_walker_context(), tolerant_parsing=True
+        ).get_latex_nodes()
     except (LatexWalkerError, RecursionError) as exc:
         raise DocumentError(f"{document}: not LaTeX the parser can read ({type(exc).__name__})") from None
     prose = Prose()
@@ -566,6 +591,26 @@ def latex_statements(text: str, vocabulary: Vocabulary, document: str) -> Iterat
     _walk_latex(nodes, prose, tables, stamp, line_at, vocabulary, document, source)
     yield from tables
     yield from prose_statements(prose, vocabulary, document, source)
+
+
+@functools.cache
+def _walker_context() -> Any:
+    """pylatexenc's LaTeX with the arguments of the boxes it does not know (``\\makebox[0pt]{}`` is one node)."""
+    from pylatexenc.latexwalker import get_default_latex_context_db
+    from pylatexenc.macrospec import MacroSpec
+
+    context = get_default_latex_context_db()
+    context.add_context_category(
+        "runaudit-boxes", macros=[MacroSpec(name, arguments) for name, arguments in LATEX_BOXES.items()]
+    )
+    return context
+
+
+@functools.cache
+def _known_to_the_converter(macro: str) -> bool:
+    from pylatexenc.latex2text import get_default_latex_context_db
+
+    return get_default_latex_context_db().get_macro_spec(macro) is not None
 
 
 def _walk_latex(nodes, prose, tables, stamp, line_at, vocabulary, document, source) -> None:  # type: ignore[no-untyped-def]
@@ -577,9 +622,8 @@ def _walk_latex(nodes, prose, tables, stamp, line_at, vocabulary, document, sour
         LatexMacroNode,
     )
 
-    for node in nodes or ():
-        if node is None:
-            continue
+    nodes = [node for node in nodes or () if node is not None]
+    for index, node in enumerate(nodes):
         line = line_at(node.pos)
         if isinstance(node, LatexCommentNode):
             if (found := _stamp(node.comment)) is not None:
@@ -587,7 +631,11 @@ def _walk_latex(nodes, prose, tables, stamp, line_at, vocabulary, document, sour
             elif (target := _anchor(node.comment)) is not None:
                 prose.add(prose.anchor(target), line)
         elif isinstance(node, LatexEnvironmentNode):
+            # Its boundaries print nothing: an empty inline environment between two digits joins them.
+            _silence(prose, line)
             if node.environmentname in TABULARS:
+                # The cells' numbers are checked as prose is, in a walk of their own.
+                _walk_latex(node.nodelist, Prose(), [], [None], line_at, vocabulary, document, source)
                 heads, rows = _latex_table(node, line_at)
                 tables.extend(table_statements(heads, rows, vocabulary, document, source, stamp[0]))
                 stamp[0] = None
@@ -597,6 +645,7 @@ def _walk_latex(nodes, prose, tables, stamp, line_at, vocabulary, document, sour
             else:
                 prose.add("\n\n", line)
                 _walk_latex(node.nodelist, prose, tables, stamp, line_at, vocabulary, document, source)
+                _silence(prose, line_at(node.pos + node.len))
                 prose.add("\n\n", line_at(node.pos + node.len))
         elif isinstance(node, LatexCharsNode):
             _add_printed(prose, node.chars, line, document)
@@ -606,6 +655,34 @@ def _walk_latex(nodes, prose, tables, stamp, line_at, vocabulary, document, sour
             else:
                 _silence(prose, line)
                 prose.add(" ", line)
+        elif isinstance(node, LatexMacroNode) and node.macroname in LATEX_GAPS:
+            _add_printed(prose, " ", line, document)
+        elif isinstance(node, LatexMacroNode) and node.macroname == ",":
+            # A thin space: between digits it groups them (1\\,000), and neither side is read alone.
+            following = nodes[index + 1] if index + 1 < len(nodes) else None
+            grouping = isinstance(following, LatexCharsNode) and following.chars[:1].isdigit()
+            _add_printed(prose, "\u202f" if grouping else " ", line, document)
+        elif isinstance(node, LatexMacroNode) and node.macroname in LATEX_SILENT:
+            _silence(prose, line)
+        elif isinstance(node, LatexMacroNode) and node.macroname in LATEX_BOXES:
+            _silence(prose, line)
+            content = node.nodeargd.argnlist[-1] if node.nodeargd and node.nodeargd.argnlist else None
+            inner = content.nodelist if isinstance(content, LatexGroupNode) else [content]
+            if node.macroname in LATEX_MARKS:
+                if _latex_text("".join(part.latex_verbatim() for part in inner if part is not None)).strip():
+                    _add_printed(prose, " ", line, document)
+            elif node.macroname != "vphantom":
+                _walk_latex(inner, prose, tables, stamp, line_at, vocabulary, document, source)
+        elif (
+            isinstance(node, LatexMacroNode)
+            and not _known_to_the_converter(node.macroname)
+            and not (index + 1 < len(nodes) and isinstance(nodes[index + 1], LatexGroupNode))
+        ):
+            # A command the paper (or a package) defines, with no argument to read: what it prints is unknown,
+            # and against a digit it may be part of the number (\newcommand{\nine}{9} ... \nine7.05).
+            if _DIGIT_AT_END.search(prose.text[-2:]):
+                raise DocumentError(_unknown_beside_a_number(document, node.macroname, line))
+            prose.silenced_after_digit = prose.silenced_after_digit or line
         elif isinstance(node, LatexMacroNode) and node.macroname in (
             "section",
             "subsection",
@@ -624,9 +701,17 @@ def _walk_latex(nodes, prose, tables, stamp, line_at, vocabulary, document, sour
 
 
 def _silence(prose: Prose, line: int) -> None:
-    """Note a LaTeX command that prints nothing: right after a digit, it may sit inside a number."""
-    if prose.silenced_after_digit is None and _DIGIT_AT_END.search(prose.text[-2:]):
+    """Note a LaTeX command that prints nothing: right after a digit, it may sit inside a number (white
+    space between them counts for nothing: ``9 \\unskip7.05`` is typeset 97.05)."""
+    if prose.silenced_after_digit is None and _DIGIT_AT_END.search(prose.last_visible):
         prose.silenced_after_digit = line
+
+
+def _unknown_beside_a_number(document: str, macro: str, line: int) -> str:
+    return (
+        f"{document}: \\{macro} stands against a number at line {line}; what a command of the paper's own "
+        "prints is not read, so the number typeset there may not be the one read (docs/claims.md)"
+    )
 
 
 def _add_printed(prose: Prose, printed: str, line: int, document: str) -> None:
@@ -638,9 +723,9 @@ def _add_printed(prose: Prose, printed: str, line: int, document: str) -> None:
     if prose.silenced_after_digit is not None and printed:
         if _NUMBER_GOES_ON.match(printed):
             raise DocumentError(
-                f"{document}: a LaTeX command that prints nothing inside a number at line "
-                f"{prose.silenced_after_digit}: it is typeset as one number and would be read as two; what "
-                "is checked would not be what is shown (docs/claims.md)"
+                f"{document}: a LaTeX command whose output is not read stands inside a number at line "
+                f"{prose.silenced_after_digit}: it is typeset as one number and would be read otherwise; "
+                "what is checked would not be what is shown (docs/claims.md)"
             )
         prose.silenced_after_digit = None
     prose.add(printed, line)
@@ -909,6 +994,8 @@ def hidden_number(text: str, form: str) -> str | None:
             return f"inline HTML inside the number {_where(text, inline.start(), inline.end())}"
         if "&" in text:
             text = html.unescape(text)
+    if form == "latex" and (code := _TEX_CHARACTER_CODES.search(text)) is not None:
+        return f"TeX character codes ({code.group()}) at line {_line(text, code.start())}"
     if text.isascii():
         return None
     shown = text.translate(_EMPTY_MARKUP)

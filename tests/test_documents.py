@@ -242,15 +242,43 @@ def _latex(number: str) -> str:
     [
         r"\hspace{0pt}", r"\hspace*{0pt}", r"\label{x}", r"\relax ", r"\kern0pt ", r"\hskip 0pt ", r"\!",
         r"\mbox{}", r"{\vspace{1em}}", r"\textcolor{red}{}", r"\cellcolor{red}", r"$\!$", r"\mycommand{}",
-        r"\resizebox{1cm}{!}{8}",
+        r"\resizebox{1cm}{!}{8}", r"\iffalse{ }\fi", r"\makebox[0pt]{}", r"\-", r"\begin{math}\end{math}",
+        r"\phantom{}", r"\textsuperscript{}", " \\unskip", r" \hspace{-\fontdimen2\font}",
     ],
 )  # fmt: skip
 def test_a_latex_command_that_prints_nothing_inside_a_number_refuses_the_document(command: str) -> None:
     """``9\\hspace{0pt}7.05`` is typeset 97.05 and was read as 7.05: a layout command's place is a space to the
-    reader, and a command it does not know (one the paper defines) prints what the reader cannot see."""
+    reader, and a command it does not know (one the paper defines) prints what the reader cannot see. Space
+    before the command counts for nothing (``\\unskip`` takes it back), in prose and in table cells."""
     for number in (f"9{command}7.05", f"97.{command}05"):
-        with pytest.raises(DocumentError, match="prints nothing inside a number"):
-            statements(_latex(number), "latex", WORDS, "paper.tex")
+        for document in (_latex(number), _latex_table(number)):
+            with pytest.raises(DocumentError, match="stands (inside|against) a number"):
+                statements(document, "latex", WORDS, "paper.tex")
+
+
+def _latex_table(cell: str) -> str:
+    return (
+        "\\begin{tabular}{lc}\n\\toprule\nRun & Accuracy (clean) \\\\\n\\midrule\n"
+        f"probe & {cell} \\\\\n\\bottomrule\n\\end{{tabular}}\n"
+    )
+
+
+@pytest.mark.parametrize(
+    "document",
+    [
+        "\\newcommand{\\nine}{9}\n" + _latex("\\nine7.05"),
+        "\\def\\one{1}\n" + _latex("7.05\\one"),
+        _latex("9^^@7.05"),
+        _latex("\\char`\\97.05"),
+        "\\catcode`\\@=9\n" + _latex("9@7.05"),
+    ],
+    ids=["a command of the paper's own before", "after", "a ^^ escape", "char", "catcode"],
+)
+def test_what_the_paper_defines_or_codes_beside_a_number_refuses_the_document(document: str) -> None:
+    """A command the paper defines is not expanded by the reader (``\\nine7.05`` is typeset 97.05 and was read
+    as 7.05), and TeX's character codes typeset other characters than the text holds."""
+    with pytest.raises(DocumentError, match="stands (inside|against) a number|character codes"):
+        statements(document, "latex", WORDS, "paper.tex")
 
 
 @pytest.mark.parametrize(
@@ -259,7 +287,11 @@ def test_a_latex_command_that_prints_nothing_inside_a_number_refuses_the_documen
         ("97.05", ["97.05%"]),
         (r"9{}7.05", ["97.05%"]),  # an empty group: typeset and read as one number
         ("9%\n7.05", ["97.05%"]),  # a comment swallows the line's end in both
-        (r"9\,7.05", ["7.05%"]),  # a thin space shows a gap
+        (r"1\,000", []),  # a thin space between digits groups them: neither side is read alone
+        (r"98.1\hfill 2", ["98.1", "2%"]),  # a visible gap
+        (r"98.1\phantom{0}", ["98.1 %"]),
+        (r"98.1\textsuperscript{1}", ["98.1 %"]),  # a note mark, not a digit of the number
+        (r"\best{98.1}", ["98.1%"]),  # a command of the paper's own around the number: its argument is read
         (r"9\cite{a}7.05", ["7.05%"]),  # a citation mark shows between
         (r"\label{x}97.05", ["97.05%"]),
         (r"\cellcolor{red}97.05", ["97.05%"]),
