@@ -82,7 +82,7 @@ LATEX_SKIPPED = frozenset(
     {
         "vspace", "hspace", "label", "ref", "eqref", "autoref", "cref", "Cref", "cite", "citep", "citet",
         "includegraphics", "input", "include", "usepackage", "documentclass", "url", "href", "setlength",
-        "addtolength", "resizebox", "scalebox", "bibliography", "cmidrule",
+        "addtolength", "bibliography", "cmidrule",
         "toprule", "midrule", "bottomrule", "hline", "cline", "addlinespace", "begin", "end", "newcommand",
         "renewcommand", "arraystretch", "tabcolsep", "fontsize", "linewidth", "textwidth", "columnwidth",
     }
@@ -92,26 +92,70 @@ LATEX_SKIPPED_SHOWN = frozenset(
     {"ref", "eqref", "autoref", "cref", "Cref", "cite", "citep", "citet", "includegraphics", "input", "include",
      "url", "href", "bibliography"}
 )  # fmt: skip
-# Commands that print a visible gap: what stands either side of them is two things.
-LATEX_GAPS = frozenset({"hfill", "hfil", "hss", "quad", "qquad", "enspace", "enskip", "thinspace"})
-# Commands that print nothing, whatever the reader's converter prints for them (``\-`` a soft hyphen).
+# References print a number of their own (``\ref{nine}7.05`` may be typeset 97.05).
+LATEX_REFERENCES = frozenset({"ref", "eqref", "autoref", "cref", "Cref", "pageref"})
+# Commands that print a visible gap or mark: what stands either side of them is two things.
+LATEX_GAPS = frozenset(
+    {"hfill", "hfil", "hss", "quad", "qquad", "enspace", "enskip", "thinspace", "S", "P", "dag", "ddag"}
+)
+# Commands that print nothing, whatever the reader's converter prints for them (``\-`` a soft hyphen), and
+# the font and size switches, which print nothing either.
 LATEX_SILENT = frozenset(
-    {"-", "relax", "unskip", "ignorespaces", "nobreak", "allowbreak", "kern", "hskip", "xspace"}
+    {"-", "relax", "unskip", "ignorespaces", "nobreak", "allowbreak", "kern", "hskip", "xspace", "nolinebreak",
+     "linebreak", "bfseries", "mdseries", "itshape", "slshape", "upshape", "scshape", "rmfamily", "sffamily",
+     "ttfamily", "normalfont", "bf", "it", "rm", "sf", "tt", "sl", "sc", "em", "tiny", "scriptsize",
+     "footnotesize", "small", "normalsize", "large", "Large", "LARGE", "huge", "Huge", "boldmath", "unboldmath",
+     "centering", "raggedright", "raggedleft"}
+)  # fmt: skip
+# siunitx: its commands print their number argument and unit; the reader reads them as such.
+LATEX_SIUNITX = frozenset(
+    {"num", "SI", "si", "qty", "unit", "tablenum", "numrange", "SIrange", "qtyrange", "ang", "percent"}
 )
 # Boxes: their last argument is what they print (an empty one, nothing); phantoms print a gap as wide as it.
 LATEX_BOXES = {
     "mbox": "{", "hbox": "{", "makebox": "[[{", "framebox": "[[{", "raisebox": "{[[{", "resizebox": "{{{",
     "scalebox": "{[{", "rlap": "{", "llap": "{", "smash": "[{", "textsuperscript": "{", "textsubscript": "{",
-    "phantom": "{", "hphantom": "{", "vphantom": "{",
+    "phantom": "{", "hphantom": "{", "vphantom": "{", "discretionary": "{{{",
 }  # fmt: skip
+# Zero-width boxes: what they hold overprints its neighbours, never stands between them.
+LATEX_OVERPRINTS = frozenset({"rlap", "llap", "vphantom"})
+# Optional arguments pylatexenc does not know, which it would read as text (``\nolinebreak[4]``).
+LATEX_OPTIONS = {"nolinebreak": "[", "linebreak": "["}
 # Boxes shown as a mark or a gap beside what they follow, never part of it: ``98.1\\textsuperscript{1}`` is
 # 98.1 with a note mark. Read as a space when they hold anything visible, as nothing when they do not.
 LATEX_MARKS = frozenset({"phantom", "hphantom", "textsuperscript", "textsubscript"})
 # TeX's own character codes: a catcode change, ``\char`` or a ``^^`` escape makes the typeset characters
 # others than the text's, and no reader of the text follows them.
 _TEX_CHARACTER_CODES = re.compile(
-    r"\^\^|\\(?:catcode|char|chardef|mathchardef|mathcode|lccode|uccode|sfcode|delcode)(?![A-Za-z@])"
+    r"\^\^|\\(?:catcode|char|chardef|mathchardef|mathcode|lccode|uccode|sfcode|delcode|DeclareUnicodeCharacter"
+    r"|newunicodechar)(?![A-Za-z@])"
+    r"|\\(?:[gex]?def|let)\s*(?!\\)\S"  # an active character defined (\def~{9})
 )
+# siunitx rounding typesets another number than the one written.
+_ROUNDING = re.compile(r"round-mode\s*=\s*(?!none\b)\w")
+# Commands the document defines or redefines: what they print is the document's, not the reader's.
+_DEFINED = re.compile(
+    r"\\(?:(?:re)?newcommand|providecommand|DeclareRobustCommand|DeclareMathOperator"
+    r"|(?:New|Renew|Provide|Declare)DocumentCommand)\*?\s*\{?\s*\\([A-Za-z@]+|[^A-Za-z@\s])"
+    r"|\\(?:[gex]?def|let)\s*\\([A-Za-z@]+|[^A-Za-z@\s])"
+)
+# In math mode spaces are not printed, and a spacing command between digits groups them.
+_MATH_DIGIT_GAP = re.compile(r"(?<=\d)(?:\s|~|\\[,;:> ])+(?=\.?\d)")
+_MATH = re.compile(  # bounded: an unclosed one scans at most this far, however many there are
+    r"\$[^$]{0,4000}\$|\\\((?:(?!\\\)).){0,4000}\\\)|\\ensuremath\{(?:[^{}]|\{[^{}]{0,400}\}){0,4000}\}",
+    re.DOTALL,
+)
+
+
+def _math_spaced(latex: str) -> str:
+    """``latex`` with the space between two digits in math as TeX sets it: none (``$9 7.05$`` is 97.05), or
+    a digit group's thin space where a spacing command stands there (``$1\\,000$``)."""
+    return _MATH.sub(
+        lambda math: _MATH_DIGIT_GAP.sub(lambda gap: "" if gap.group().isspace() else "\u202f", math.group()),
+        latex,
+    )
+
+
 LATEX_UNREAD = frozenset(
     {"equation", "align", "gather", "multline", "eqnarray", "displaymath", "math", "verbatim", "lstlisting",
      "minted", "algorithm", "algorithmic", "comment"}
@@ -247,6 +291,8 @@ class Prose:
     # LaTeX: the line of a command that printed nothing right after a digit, until the next printed text.
     silenced_after_digit: int | None = None
     last_visible: str = ""  # the last two characters added that are not white space
+    defined: frozenset[str] = frozenset()  # LaTeX: commands the document defines or redefines
+    checking: bool = False  # a walk that only checks (a table's cells, a command's argument): no tables read
 
     def add(self, text: str, line: int) -> None:
         if visible := text.rstrip():
@@ -585,7 +631,9 @@ def latex_statements(text: str, vocabulary: Vocabulary, document: str) -> Iterat
         ).get_latex_nodes()
     except (LatexWalkerError, RecursionError) as exc:
         raise DocumentError(f"{document}: not LaTeX the parser can read ({type(exc).__name__})") from None
-    prose = Prose()
+    prose = Prose(
+        defined=frozenset(name for found in _DEFINED.finditer(text) for name in found.groups() if name)
+    )
     tables: list[Statement] = []
     stamp: list[Stamp | None] = [None]
     _walk_latex(nodes, prose, tables, stamp, line_at, vocabulary, document, source)
@@ -601,7 +649,8 @@ def _walker_context() -> Any:
 
     context = get_default_latex_context_db()
     context.add_context_category(
-        "runaudit-boxes", macros=[MacroSpec(name, arguments) for name, arguments in LATEX_BOXES.items()]
+        "runaudit-boxes",
+        macros=[MacroSpec(name, arguments) for name, arguments in {**LATEX_BOXES, **LATEX_OPTIONS}.items()],
     )
     return context
 
@@ -620,9 +669,16 @@ def _walk_latex(nodes, prose, tables, stamp, line_at, vocabulary, document, sour
         LatexEnvironmentNode,
         LatexGroupNode,
         LatexMacroNode,
+        LatexMathNode,
     )
 
+    def check(inner: Any) -> None:
+        """Walk ``inner`` for its refusals only (what it prints is read elsewhere, or not at all)."""
+        scratch = Prose(defined=prose.defined, checking=True)
+        _walk_latex(inner, scratch, [], [None], line_at, vocabulary, document, source)
+
     nodes = [node for node in nodes or () if node is not None]
+    argument_of_unknown: int | None = None
     for index, node in enumerate(nodes):
         line = line_at(node.pos)
         if isinstance(node, LatexCommentNode):
@@ -634,11 +690,15 @@ def _walk_latex(nodes, prose, tables, stamp, line_at, vocabulary, document, sour
             # Its boundaries print nothing: an empty inline environment between two digits joins them.
             _silence(prose, line)
             if node.environmentname in TABULARS:
-                # The cells' numbers are checked as prose is, in a walk of their own.
-                _walk_latex(node.nodelist, Prose(), [], [None], line_at, vocabulary, document, source)
-                heads, rows = _latex_table(node, line_at)
-                tables.extend(table_statements(heads, rows, vocabulary, document, source, stamp[0]))
-                stamp[0] = None
+                if problem := _column_problem(node):
+                    raise DocumentError(f"{document}: the tabular at line {line} {problem} (docs/claims.md)")
+                if not prose.checking:
+                    check(node.nodelist)  # the cells' numbers are checked as prose is
+                    heads, rows = _latex_table(node, line_at, document)
+                    tables.extend(table_statements(heads, rows, vocabulary, document, source, stamp[0]))
+                    stamp[0] = None
+                else:
+                    _walk_latex(node.nodelist, prose, tables, stamp, line_at, vocabulary, document, source)
                 prose.add("\n\n", line)
             elif node.environmentname.rstrip("*") in LATEX_UNREAD:
                 prose.add("\n\n", line)  # displayed math and code: constants, not results
@@ -649,55 +709,119 @@ def _walk_latex(nodes, prose, tables, stamp, line_at, vocabulary, document, sour
                 prose.add("\n\n", line_at(node.pos + node.len))
         elif isinstance(node, LatexCharsNode):
             _add_printed(prose, node.chars, line, document)
-        elif isinstance(node, LatexMacroNode) and node.macroname in LATEX_SKIPPED:
+        elif isinstance(node, LatexMathNode):
+            check(node.nodelist)
+            printed = _latex_text(_math_spaced(node.latex_verbatim()))
+            if printed:
+                _add_printed(prose, printed, line, document)
+            else:
+                _silence(prose, line)
+        elif not isinstance(node, LatexMacroNode):
+            if isinstance(node, LatexGroupNode):
+                _walk_latex(node.nodelist, prose, tables, stamp, line_at, vocabulary, document, source)
+                if (
+                    argument_of_unknown == index
+                ):  # what follows an unknown command's argument may be its number
+                    prose.silenced_after_digit = prose.silenced_after_digit or line
+            else:
+                printed = _latex_text(node.latex_verbatim())
+                if printed:
+                    _add_printed(prose, printed, line, document)
+                else:
+                    _silence(prose, line)
+        elif (
+            node.macroname in LATEX_REFERENCES
+            or node.macroname in prose.defined
+            or not (
+                _known_to_the_converter(node.macroname)
+                or node.macroname in LATEX_SKIPPED
+                or node.macroname in LATEX_GAPS
+                or node.macroname in LATEX_SILENT
+                or node.macroname in LATEX_BOXES
+                or node.macroname in LATEX_SIUNITX
+                or node.macroname in ("section", "subsection", "paragraph", "item", ",")
+            )
+        ):
+            # A command the paper (or a package) defines, or a reference: what it prints is not read, and
+            # against a digit it may be part of the number (\\newcommand{\\nine}{9} ... \\nine7.05).
+            if _DIGIT_AT_END.search(prose.text[-2:]):
+                raise DocumentError(_unknown_beside_a_number(document, node.macroname, line))
+            following = nodes[index + 1] if index + 1 < len(nodes) else None
+            if node.macroname in LATEX_REFERENCES:
+                prose.add(" ", line)
+                prose.silenced_after_digit = prose.silenced_after_digit or line
+            elif isinstance(following, LatexGroupNode) and not node.macro_post_space:
+                argument_of_unknown = index + 1  # its argument is read as printed; a digit after it is not
+            else:
+                prose.silenced_after_digit = prose.silenced_after_digit or line
+        elif node.macroname in LATEX_SKIPPED:
             if node.macroname in LATEX_SKIPPED_SHOWN:
                 _add_printed(prose, " ", line, document)
             else:
                 _silence(prose, line)
                 prose.add(" ", line)
-        elif isinstance(node, LatexMacroNode) and node.macroname in LATEX_GAPS:
+        elif node.macroname in LATEX_GAPS:
             _add_printed(prose, " ", line, document)
-        elif isinstance(node, LatexMacroNode) and node.macroname == ",":
+        elif node.macroname == ",":
             # A thin space: between digits it groups them (1\\,000), and neither side is read alone.
             following = nodes[index + 1] if index + 1 < len(nodes) else None
             grouping = isinstance(following, LatexCharsNode) and following.chars[:1].isdigit()
             _add_printed(prose, "\u202f" if grouping else " ", line, document)
-        elif isinstance(node, LatexMacroNode) and node.macroname in LATEX_SILENT:
+        elif node.macroname in LATEX_SILENT:
             _silence(prose, line)
-        elif isinstance(node, LatexMacroNode) and node.macroname in LATEX_BOXES:
+        elif node.macroname in LATEX_BOXES:
             _silence(prose, line)
             content = node.nodeargd.argnlist[-1] if node.nodeargd and node.nodeargd.argnlist else None
             inner = content.nodelist if isinstance(content, LatexGroupNode) else [content]
-            if node.macroname in LATEX_MARKS:
+            if node.macroname in LATEX_OVERPRINTS:
+                check(inner)
+            elif node.macroname in LATEX_MARKS:
+                check(inner)
                 if _latex_text("".join(part.latex_verbatim() for part in inner if part is not None)).strip():
                     _add_printed(prose, " ", line, document)
-            elif node.macroname != "vphantom":
+            else:
                 _walk_latex(inner, prose, tables, stamp, line_at, vocabulary, document, source)
-        elif (
-            isinstance(node, LatexMacroNode)
-            and not _known_to_the_converter(node.macroname)
-            and not (index + 1 < len(nodes) and isinstance(nodes[index + 1], LatexGroupNode))
-        ):
-            # A command the paper (or a package) defines, with no argument to read: what it prints is unknown,
-            # and against a digit it may be part of the number (\newcommand{\nine}{9} ... \nine7.05).
-            if _DIGIT_AT_END.search(prose.text[-2:]):
-                raise DocumentError(_unknown_beside_a_number(document, node.macroname, line))
-            prose.silenced_after_digit = prose.silenced_after_digit or line
-        elif isinstance(node, LatexMacroNode) and node.macroname in (
-            "section",
-            "subsection",
-            "paragraph",
-            "item",
-        ):
+        elif node.macroname in ("section", "subsection", "paragraph", "item"):
             prose.add("\n\n" + _latex_text(node.latex_verbatim()) + ". ", line)
-        elif isinstance(node, LatexGroupNode):
-            _walk_latex(node.nodelist, prose, tables, stamp, line_at, vocabulary, document, source)
         else:
-            printed = _latex_text(node.latex_verbatim())
+            # What the converter prints is read; its arguments are checked as prose is (\\textbf{9\\relax 7.05}).
+            for argument in node.nodeargd.argnlist if node.nodeargd and node.nodeargd.argnlist else ():
+                if isinstance(argument, LatexGroupNode):
+                    check(argument.nodelist)
+            printed = _latex_text(_math_spaced(node.latex_verbatim()))
             if printed:
                 _add_printed(prose, printed, line, document)
             else:
                 _silence(prose, line)
+
+
+def _column_problem(environment: Any) -> str | None:
+    """Why a tabular's column specification makes its cells read otherwise than typeset, or None.
+
+    ``@{}`` between two columns joins their cells (``9 & 7.05`` typeset 97.05), and ``>{9}``, ``<{9}`` or
+    ``@{9}`` print text into every cell of a column; ``@{}`` at either end only trims the table's edge.
+    """
+    arguments = (
+        environment.nodeargd.argnlist if environment.nodeargd and environment.nodeargd.argnlist else []
+    )
+    spec = arguments[-1].latex_verbatim()[1:-1] if arguments and arguments[-1] is not None else ""
+    return _spec_problem(spec)
+
+
+_SPEC_INSERT = re.compile(r"([@!<>])\s*\{((?:[^{}]|\{[^{}]*\})*)\}")
+
+
+def _spec_problem(spec: str) -> str | None:
+    stripped = spec.strip()
+    for found in _SPEC_INSERT.finditer(stripped):
+        kind, content = found.group(1), found.group(2)
+        printed = _latex_text(content).strip()
+        if printed and kind in "@<>":
+            return f"prints {printed[:20]!r} into its cells from its column specification ({kind}{{...}})"
+        inner = found.start() > 0 and found.end() < len(stripped)
+        if kind == "@" and inner and not printed and not re.search(r"\\(?:hspace|quad|qquad|hskip)", content):
+            return "joins two columns with @{} in its column specification: their cells are typeset as one"
+    return None
 
 
 def _silence(prose: Prose, line: int) -> None:
@@ -746,12 +870,12 @@ def _latex_text(latex: str) -> str:
     """What ``latex`` prints, through pylatexenc's latex2text (``\\percent`` as %, siunitx's unit)."""
     try:
         return str(_converter().latex_to_text(latex.replace("\\percent", "\\%")))
-    except (ValueError, RecursionError, IndexError):
+    except Exception:  # noqa: BLE001 - pylatexenc on hostile input (a KeyError for \\textcolor{{r}}): text unread
         return " "
 
 
-def _latex_table(environment, line_at) -> tuple[list[str], list[Row]]:  # type: ignore[no-untyped-def]
-    """The header and rows of a tabular, split on the parser's ``&`` and ``\\\\`` nodes."""
+def _latex_table(environment, line_at, document) -> tuple[list[str], list[Row]]:  # type: ignore[no-untyped-def]
+    """The header and rows of a tabular, split on the parser's ``&`` and row-ending nodes."""
     from pylatexenc.latexwalker import LatexCommentNode, LatexGroupNode, LatexMacroNode, LatexSpecialsNode
 
     rows: list[Row] = []
@@ -765,7 +889,7 @@ def _latex_table(environment, line_at) -> tuple[list[str], list[Row]]:  # type: 
         raw = "".join(cell)
         if not cells:  # a row's first cell: "\\[2pt]" leaves its spacing ahead of the label
             raw = re.sub(r"^\s*\[[^\]]*\]", "", raw)
-        text = _latex_text(raw).strip()
+        text = _latex_text(_math_spaced(raw)).strip()
         if pending_span > 1:  # spans columns: a heading over each, never one column's number
             text = SPAN + text
         cells.extend([text] * pending_span)
@@ -781,7 +905,7 @@ def _latex_table(environment, line_at) -> tuple[list[str], list[Row]]:  # type: 
             continue
         if isinstance(node, LatexSpecialsNode) and node.specials_chars == "&":
             close_cell()
-        elif isinstance(node, LatexMacroNode) and node.macroname == "\\":
+        elif isinstance(node, LatexMacroNode) and node.macroname in LATEX_ROW_ENDS:
             close_cell()
             if any(cells) and start is not None:
                 rows.append(Row(line_at(start), tuple(cells)))
@@ -792,13 +916,19 @@ def _latex_table(environment, line_at) -> tuple[list[str], list[Row]]:  # type: 
             if (target := _anchor(node.comment)) is not None:
                 cell.append(f" runaudit: {target} ")
         elif isinstance(node, LatexMacroNode) and node.macroname == "multicolumn":
-            groups = [n for n in nodes[index + 1 : index + 4] if isinstance(n, LatexGroupNode)]
+            groups = [
+                (at, n) for at, n in enumerate(nodes[index + 1 : index + 4]) if isinstance(n, LatexGroupNode)
+            ]
             if len(groups) == 3:
-                span = re.sub(r"\D", "", groups[0].latex_verbatim())
-                pending_span = int(span) if span else 1
-                cell.append(groups[2].latex_verbatim()[1:-1])
+                if problem := _spec_problem(groups[1][1].latex_verbatim()[1:-1]):
+                    raise DocumentError(
+                        f"{document}: the \\multicolumn at line {line_at(node.pos)} {problem}"
+                    )
+                span = re.sub(r"\D", "", groups[0][1].latex_verbatim())
+                pending_span = int(span[:4]) if span else 1
+                cell.append(groups[2][1].latex_verbatim()[1:-1])
                 start = node.pos if start is None else start
-                index = nodes.index(groups[2]) + 1
+                index += groups[2][0] + 2
                 continue
         else:
             verbatim = node.latex_verbatim()
@@ -813,6 +943,8 @@ def _latex_table(environment, line_at) -> tuple[list[str], list[Row]]:  # type: 
 
 
 SPAN = "\ue002"
+# What ends a row of a tabular: ``\\\\`` and its spellings.
+LATEX_ROW_ENDS = frozenset({"\\", "tabularnewline", "cr", "crcr"})
 
 
 def _headed(rows: list[Row]) -> tuple[list[str], list[Row]]:
@@ -996,6 +1128,8 @@ def hidden_number(text: str, form: str) -> str | None:
             text = html.unescape(text)
     if form == "latex" and (code := _TEX_CHARACTER_CODES.search(text)) is not None:
         return f"TeX character codes ({code.group()}) at line {_line(text, code.start())}"
+    if form == "latex" and (rounding := _ROUNDING.search(text)) is not None:
+        return f"siunitx rounds the numbers it typesets ({rounding.group()}) at line {_line(text, rounding.start())}"
     if text.isascii():
         return None
     shown = text.translate(_EMPTY_MARKUP)

@@ -271,13 +271,36 @@ def _latex_table(cell: str) -> str:
         _latex("9^^@7.05"),
         _latex("\\char`\\97.05"),
         "\\catcode`\\@=9\n" + _latex("9@7.05"),
+        "\\newcommand{\\nine}{9}\n" + _latex("\\nine{}7.05"),
+        "\\newcommand{\\todo}[1]{}\n" + _latex("9\\todo{: }7.05"),
+        "\\renewcommand{\\ldots}{9}\n" + _latex("\\ldots7.05"),
+        "\\def~{9}\n" + _latex("~7.05"),
+        "\\DeclareUnicodeCharacter{2014}{9}\n" + _latex("\u20147.05"),
+        "\\label{nine}\n" + _latex("\\ref{nine}7.05"),
+        _latex("\\textbf{9 \\unskip7.05}"),
+        _latex("9\\discretionary{(}{)}{}7.05"),
+        _latex("9\\nolinebreak7.05"),
+        _latex("9\\rlap{\\hphantom{:}}7.05"),
+        _latex("\\num[round-mode=figures,round-precision=1]{97.05}"),
+        _latex_table("9 & 7.05").replace("{lc}", "{lr@{}l}").replace("Run & Accuracy (clean)", "Run & \\multicolumn{2}{c}{Accuracy (clean)}"),
+        _latex_table("7.05").replace("{lc}", "{l>{9}c}"),
+        _latex_table("\\multicolumn{1}{>{9}c}{7.05}"),
     ],
-    ids=["a command of the paper's own before", "after", "a ^^ escape", "char", "catcode"],
-)
+    ids=[
+        "a command of the paper's own before", "after", "a ^^ escape", "char", "catcode", "with an empty group",
+        "with an argument it drops", "a known command redefined", "an active character defined",
+        "a unicode character defined", "a reference", "inside a command the converter prints", "discretionary",
+        "nolinebreak", "an overprinting box", "siunitx rounding", "columns joined by @{}",
+        "a column that prints text", "a multicolumn that prints text",
+    ],
+)  # fmt: skip
 def test_what_the_paper_defines_or_codes_beside_a_number_refuses_the_document(document: str) -> None:
     """A command the paper defines is not expanded by the reader (``\\nine7.05`` is typeset 97.05 and was read
-    as 7.05), and TeX's character codes typeset other characters than the text holds."""
-    with pytest.raises(DocumentError, match="stands (inside|against) a number|character codes"):
+    as 7.05), TeX's character codes typeset other characters than the text holds, a reference prints a
+    number of its own, a column specification prints into cells or joins two, and siunitx rounds."""
+    with pytest.raises(
+        DocumentError, match="stands (inside|against) a number|character codes|columns?|rounds"
+    ):
         statements(document, "latex", WORDS, "paper.tex")
 
 
@@ -292,6 +315,11 @@ def test_what_the_paper_defines_or_codes_beside_a_number_refuses_the_document(do
         (r"98.1\phantom{0}", ["98.1 %"]),
         (r"98.1\textsuperscript{1}", ["98.1 %"]),  # a note mark, not a digit of the number
         (r"\best{98.1}", ["98.1%"]),  # a command of the paper's own around the number: its argument is read
+        ("$9 7.05$", ["97.05%"]),  # math prints no space
+        (r"\ensuremath{9 7.05}", ["97.05%"]),
+        (r"$9\,7.05$", []),  # a digit group in math too
+        (r"\SI{97.05}{\percent}", ["97.05%"]),
+        (r"{\bfseries 97.05}", ["97.05%"]),  # a font switch prints nothing before the number
         (r"9\cite{a}7.05", ["7.05%"]),  # a citation mark shows between
         (r"\label{x}97.05", ["97.05%"]),
         (r"\cellcolor{red}97.05", ["97.05%"]),
@@ -327,3 +355,35 @@ def test_a_number_split_by_a_point_or_a_group_separator_is_not_read_in_part(numb
     """``98․05 %`` was read as ``05 %`` (5 %): a decimal comma, a raised point, a product or a digit group
     joins two digit runs that neither stand alone."""
     assert statements(_prose(number), "markdown", WORDS, "README.md") == []
+
+
+@pytest.mark.parametrize(
+    ("cell", "read"),
+    [
+        ("$9 7.05$", ["97.05"]),
+        (r"{\footnotesize 97.05}", ["97.05"]),
+        (r"97.05{\scriptsize$\pm$0.3}", ["97.05±0.3"]),
+    ],
+)
+def test_latex_cells_read_as_typeset(cell: str, read: list[str]) -> None:
+    assert [item.printed.text for item in statements(_latex_table(cell), "latex", WORDS, "paper.tex")] == read
+
+
+def test_a_table_in_a_box_and_rows_ended_otherwise_are_read_row_by_row() -> None:
+    """A tabular inside ``\\resizebox`` gave no claims at all; a row ended by ``\\tabularnewline`` was
+    joined to the next, so one run's clean value was checked as another's."""
+    table = (
+        "\\resizebox{\\columnwidth}{!}{\\begin{tabular}{lcc}\n\\toprule\nRun & Accuracy (clean) & Accuracy "
+        "(noise) \\tabularnewline\n\\midrule\nprobe & 97.05 & 86.41 \\tabularnewline\nbaseline & 7.05 & 8.00 \\\\\n"
+        "\\bottomrule\n\\end{tabular}}\n"
+    )
+    found = statements(table, "latex", WORDS, "paper.tex")
+    assert [(item.printed.text, item.subject, item.condition) for item in found] == [
+        ("97.05", "probe", "clean"), ("86.41", "probe", "noise"), ("7.05", "baseline", "clean"),
+        ("8.00", "baseline", "noise"),
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize("latex", [r"\textcolor{{r}}", r"{\colorbox{{a}}}", r"\fcolorbox{{a}}{b}"])
+def test_latex_the_converter_cannot_print_is_not_a_crash(latex: str) -> None:
+    statements(_latex(f"{latex} 97.05"), "latex", WORDS, "paper.tex")
