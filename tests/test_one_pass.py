@@ -618,13 +618,14 @@ def test_an_ordered_dicts_saved_attributes_are_scanned(tmp_path: Path) -> None:
 
 
 def test_a_bare_storage_is_scanned_as_its_elements(tmp_path: Path) -> None:
-    """A float storage saved outside any tensor loads as floats all the same; it was not walked at all."""
-    with (
-        warnings.catch_warnings()
-    ):  # TypedStorage is deprecated (warned once), and still what torch.save writes
+    """A float storage saved outside any tensor loads as floats all the same; it was not walked at all. An
+    integer one (quantized ones too, which no tensor can be set over: that raised) holds no float to scan."""
+    # TypedStorage is deprecated (warned once per process), and still what torch.save writes and a load gives.
+    with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         storage = torch.FloatStorage([float("nan"), 2.0])
-    for found in _both(_saved(tmp_path, {"w": torch.ones(2), "kept": storage})):
+        integers = [torch.QInt8Storage(4), torch.QUInt8Storage(4), torch.ByteStorage(4), torch.BoolStorage(4)]
+    for found in _both(_saved(tmp_path, {"w": torch.ones(2), "kept": storage, "integers": integers})):
         assert isinstance(found, checkpoints.Inspection) and found.nonfinite == ["kept"], found
 
 
