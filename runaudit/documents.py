@@ -129,7 +129,7 @@ LATEX_MARKS = frozenset({"phantom", "hphantom", "textsuperscript", "textsubscrip
 _TEX_CHARACTER_CODES = re.compile(
     r"\^\^|\\(?:catcode|char|chardef|mathchardef|mathcode|lccode|uccode|sfcode|delcode|DeclareUnicodeCharacter"
     r"|newunicodechar)(?![A-Za-z@])"
-    r"|\\(?:[gex]?def|let)\s*(?!\\)\S"  # an active character defined (\def~{9})
+    r"|\\(?:[gex]?def|let)(?![A-Za-z@])\s*(?!\\)\S"  # an active character defined (\def~{9})
 )
 # siunitx rounding typesets another number than the one written.
 _ROUNDING = re.compile(r"round-mode\s*=\s*(?!none\b)\w")
@@ -137,7 +137,7 @@ _ROUNDING = re.compile(r"round-mode\s*=\s*(?!none\b)\w")
 _DEFINED = re.compile(
     r"\\(?:(?:re)?newcommand|providecommand|DeclareRobustCommand|DeclareMathOperator"
     r"|(?:New|Renew|Provide|Declare)DocumentCommand)\*?\s*\{?\s*\\([A-Za-z@]+|[^A-Za-z@\s])"
-    r"|\\(?:[gex]?def|let)\s*\\([A-Za-z@]+|[^A-Za-z@\s])"
+    r"|\\(?:[gex]?def|let)(?![A-Za-z@])\s*\\([A-Za-z@]+|[^A-Za-z@\s])"
 )
 # In math mode spaces are not printed, and a spacing command between digits groups them.
 _MATH_DIGIT_GAP = re.compile(r"(?<=\d)(?:\s|~|\\[,;:> ])+(?=\.?\d)")

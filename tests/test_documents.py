@@ -387,3 +387,11 @@ def test_a_table_in_a_box_and_rows_ended_otherwise_are_read_row_by_row() -> None
 @pytest.mark.parametrize("latex", [r"\textcolor{{r}}", r"{\colorbox{{a}}}", r"\fcolorbox{{a}}{b}"])
 def test_latex_the_converter_cannot_print_is_not_a_crash(latex: str) -> None:
     statements(_latex(f"{latex} 97.05"), "latex", WORDS, "paper.tex")
+
+
+def test_a_preamble_that_defines_colours_and_commands_away_from_numbers_is_read() -> None:
+    """``\\definecolor`` starts like ``\\def`` followed by a character: it was refused as an active character
+    defined. Commands the paper defines are refused only against a number."""
+    preamble = "\\definecolor{best}{RGB}{0,128,0}\n\\newcommand{\\ours}{RunAudit\\xspace}\n\\let\\oldS\\S\n"
+    found = statements(preamble + _latex("97.05") + "\\ours{} is ours.\n", "latex", WORDS, "paper.tex")
+    assert [item.printed.text for item in found] == ["97.05%"]
