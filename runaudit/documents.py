@@ -96,8 +96,9 @@ LATEX_SKIPPED_SHOWN = frozenset(
 LATEX_REFERENCES = frozenset({"ref", "eqref", "autoref", "cref", "Cref", "pageref"})
 # Commands that print a visible gap or mark: what stands either side of them is two things.
 LATEX_GAPS = frozenset(
-    {"hfill", "hfil", "hss", "quad", "qquad", "enspace", "enskip", "thinspace", "S", "P", "dag", "ddag"}
-)
+    {"hfill", "hfil", "hss", "quad", "qquad", "enspace", "enskip", "thinspace", "S", "P", "dag", "ddag",
+     "textdagger", "textdaggerdbl", "checkmark", "ding", "tnote", "footnotemark"}
+)  # fmt: skip
 # Commands that print nothing, whatever the reader's converter prints for them (``\-`` a soft hyphen), and
 # the font and size switches, which print nothing either.
 LATEX_SILENT = frozenset(
@@ -120,7 +121,7 @@ LATEX_BOXES = {
 # Zero-width boxes: what they hold overprints its neighbours, never stands between them.
 LATEX_OVERPRINTS = frozenset({"rlap", "llap", "vphantom"})
 # Optional arguments pylatexenc does not know, which it would read as text (``\nolinebreak[4]``).
-LATEX_OPTIONS = {"nolinebreak": "[", "linebreak": "["}
+LATEX_OPTIONS = {"nolinebreak": "[", "linebreak": "[", "footnotemark": "[", "tnote": "{", "ding": "{"}
 # Boxes shown as a mark or a gap beside what they follow, never part of it: ``98.1\\textsuperscript{1}`` is
 # 98.1 with a note mark. Read as a space when they hold anything visible, as nothing when they do not.
 LATEX_MARKS = frozenset({"phantom", "hphantom", "textsuperscript", "textsubscript"})

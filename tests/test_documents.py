@@ -320,6 +320,9 @@ def test_what_the_paper_defines_or_codes_beside_a_number_refuses_the_document(do
         (r"$9\,7.05$", []),  # a digit group in math too
         (r"\SI{97.05}{\percent}", ["97.05%"]),
         (r"{\bfseries 97.05}", ["97.05%"]),  # a font switch prints nothing before the number
+        (r"97.05\tnote{a}", ["97.05 %"]),  # a table note's mark, a footnote mark, a symbol: shown beside it
+        (r"97.05\footnotemark", ["97.05 %"]),
+        (r"97.05\ding{51}", ["97.05 %"]),
         (r"9\cite{a}7.05", ["7.05%"]),  # a citation mark shows between
         (r"\label{x}97.05", ["97.05%"]),
         (r"\cellcolor{red}97.05", ["97.05%"]),
