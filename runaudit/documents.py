@@ -120,7 +120,7 @@ LATEX_BOXES = {
 }  # fmt: skip
 # Zero-width boxes: what they hold overprints its neighbours, never stands between them.
 LATEX_OVERPRINTS = frozenset({"rlap", "llap", "vphantom"})
-# Arguments pylatexenc does not know, which it would read as text (``\\nolinebreak[4]``, ``\\ding{51}``).
+# Arguments pylatexenc does not know, which it would read as text (``\nolinebreak[4]``, ``\ding{51}``).
 LATEX_OPTIONS = {"nolinebreak": "[", "linebreak": "[", "footnotemark": "[", "tnote": "{", "ding": "{"}
 # Boxes shown as a mark or a gap beside what they follow, never part of it: ``98.1\\textsuperscript{1}`` is
 # 98.1 with a note mark. Read as a space when they hold anything visible, as nothing when they do not.
