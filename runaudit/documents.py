@@ -89,11 +89,25 @@ LATEX_SKIPPED = frozenset(
 )  # fmt: skip
 # Skipped macros that still print something where they stand (a citation mark, a reference number, a link).
 LATEX_SKIPPED_SHOWN = frozenset(
-    {"ref", "eqref", "autoref", "cref", "Cref", "cite", "citep", "citet", "includegraphics", "input", "include",
-     "url", "href", "bibliography"}
+    {"cite", "citep", "citet", "bibliography"}
 )  # fmt: skip
-# References print a number of their own (``\ref{nine}7.05`` may be typeset 97.05).
-LATEX_REFERENCES = frozenset({"ref", "eqref", "autoref", "cref", "Cref", "pageref"})
+# References and insertions print what the reader never sees (``\ref{nine}7.05`` may be typeset 97.05,
+# ``\input{nine}7.05`` too; an empty ``\url{}`` or a blank image stands between two digits unseen).
+LATEX_REFERENCES = frozenset(
+    {
+        "ref",
+        "eqref",
+        "autoref",
+        "cref",
+        "Cref",
+        "pageref",
+        "input",
+        "include",
+        "url",
+        "href",
+        "includegraphics",
+    }
+)
 # Commands that print a visible gap or mark: what stands either side of them is two things.
 LATEX_GAPS = frozenset(
     {"hfill", "hfil", "hss", "quad", "qquad", "enspace", "enskip", "thinspace", "S", "P", "dag", "ddag",
@@ -133,12 +147,18 @@ _TEX_CHARACTER_CODES = re.compile(
     r"|\\(?:[gex]?def|let)(?![A-Za-z@])\s*(?!\\)\S"  # an active character defined (\def~{9})
 )
 # siunitx rounding typesets another number than the one written.
-_ROUNDING = re.compile(r"round-mode\s*=\s*(?!none\b)\w")
+_ROUNDING = re.compile(r"round-mode\s*=\s*(?:%[^\n]*\n\s*)*\{?\s*(?!none\b)\w")
+# A column type the paper defines stands between other columns wherever it is used.
+_COLUMN_TYPE = re.compile(
+    r"\\newcolumntype\s*\{[^{}]*\}\s*(?:\[\d\]\s*)?\{((?:[^{}]|\{(?:[^{}]|\{[^{}]*\})*\}){0,2000})\}"
+)
 # Commands the document defines or redefines: what they print is the document's, not the reader's.
 _DEFINED = re.compile(
     r"\\(?:(?:re)?newcommand|providecommand|DeclareRobustCommand|DeclareMathOperator"
     r"|(?:New|Renew|Provide|Declare)DocumentCommand)\*?\s*\{?\s*\\([A-Za-z@]+|[^A-Za-z@\s])"
-    r"|\\(?:[gex]?def|let)(?![A-Za-z@])\s*\\([A-Za-z@]+|[^A-Za-z@\s])"
+    r"|\\(?:[gex]?def|let)(?![A-Za-z@])\s*\\(?!csname)([A-Za-z@]+|[^A-Za-z@\s])"
+    r"|\\(?:(?:New|Renew|Declare)CommandCopy|LetLtxMacro|cslet|csdef|csgdef|csedef|csxdef|letcs|csletcs)\s*\{?\s*\\?([A-Za-z@]+)"
+    r"|\\csname\s*([A-Za-z@]+)\s*\\endcsname"
 )
 # In math mode spaces are not printed, and a spacing command between digits groups them.
 _MATH_DIGIT_GAP = re.compile(r"(?<=\d)(?:\s|~|\\[,;:> ])+(?=\.?\d)")
@@ -168,7 +188,9 @@ _LATEX_DECORATION = re.compile(
     r"|\\specialrule\{[^{}\n]*\}\{[^{}\n]*\}\{[^{}\n]*\}"
     r"|\\textcolor\{[^{}\n]*\}"
 )
-TABULARS = frozenset({"tabular", "tabular*", "tabularx", "longtable", "array"})
+TABULARS = frozenset(
+    {"tabular", "tabular*", "tabularx", "longtable", "array", "tabulary", "tabu", "NiceTabular", "tblr"}
+)
 LATEX_RULES = frozenset({"toprule", "midrule", "bottomrule", "hline", "cline", "cmidrule", "addlinespace"})
 
 
@@ -349,6 +371,17 @@ def prose_statements(
         lower, upper = _clause(metrics, found.start(), start, end)
         part_lower, part_upper = _part(separators, found, lower, upper)
         line = prose.line_of(found.start())
+        # The run is the one named before the number in its sentence; one named right after it, in its part
+        # ("97.05 % for the probe"), is the run where none was named before, and a contradiction where
+        # another was: "... 96.00 % for the baseline" after "for the probe" would credit the probe.
+        before = _closest(_within(subjects, start, found.start()), found.start())
+        after = _within(subjects, found.end(), part_upper)
+        if after and before is not None and after[0][1] != before:
+            raise DocumentError(
+                f"{document}: the number {printed.text} at line {line} follows {before!r} and is followed by "
+                f"{after[0][1]!r} in its sentence: which run it belongs to is not clear; name the run before "
+                "each number (docs/claims.md)"
+            )
         yield _statement(
             document,
             source,
@@ -357,7 +390,7 @@ def prose_statements(
             metric=metric,
             condition=_closest(_within(conditions, part_lower, part_upper), found.start())
             or _closest(_within(conditions, lower, upper), found.start()),
-            subject=_closest(_within(subjects, start, found.start()), found.start()),
+            subject=before or (after[0][1] if after else None),
             anchor=anchor,
         )
 
@@ -369,22 +402,37 @@ def _anchored(
     breaks: Sequence[int],
 ) -> dict[int, str]:
     """Which number each anchor pins: the first result after it in its paragraph ("Seed 2 ends at 1.45"
-    pins 1.45, not the 2), else the first number there; an anchor with neither pins nothing."""
+    pins 1.45, not the 2), else the first number there; an anchor with neither pins nothing.
+
+    The next unpinned number (and result) is found through skip pointers, so that thousands of anchors over
+    thousands of integers cost linear time, not one scan of the paragraph per anchor."""
     pinned: dict[int, str] = {}
     starts = [found.start() for found, _ in numbers]
+    next_any = list(range(len(numbers) + 1))
+    next_result = [
+        index if index == len(numbers) or numbers[index][1] is not None else index + 1 for index in next_any
+    ]
     for mark in _MARK.finditer(text):
         paragraph = bisect.bisect_right(breaks, mark.start())
-        end = breaks[paragraph] if paragraph < len(breaks) else len(text)
-        following = [
-            index
-            for index in range(bisect.bisect_right(starts, mark.start()), bisect.bisect_left(starts, end))
-            if index not in pinned
-        ]
-        results = [index for index in following if numbers[index][1] is not None]
-        chosen = results or following
-        if chosen:
-            pinned[chosen[0]] = targets[ord(mark.group(1)) - _MARK_BASE]
+        end = bisect.bisect_left(starts, breaks[paragraph] if paragraph < len(breaks) else len(text))
+        first = bisect.bisect_right(starts, mark.start())
+        chosen = _free(next_result, first)
+        if chosen >= end:
+            chosen = _free(next_any, first)
+        if chosen < end:
+            pinned[chosen] = targets[ord(mark.group(1)) - _MARK_BASE]
+            next_any[chosen] = next_result[chosen] = chosen + 1
     return pinned
+
+
+def _free(following: list[int], index: int) -> int:
+    """The first index at or after ``index`` that ``following`` leaves free, compressing the path walked."""
+    root = index
+    while following[root] != root:
+        root = following[root]
+    while following[index] != root:
+        following[index], index = root, following[index]
+    return root
 
 
 def _is_delta(text: str, found: re.Match[str]) -> bool:
@@ -479,11 +527,29 @@ def table_statements(
     deltas = [bool(_DELTA_HEAD.search(head)) for head in heads]
     for row in rows:
         label = row.cells[0] if row.cells else ""
+        if not any(_NUMBER.search(cell) for cell in row.cells[1:] if SPAN not in cell):
+            # A header inside the body (a second panel, a section row) changes what the columns below mean
+            # to a reader; the gate reads the one header above the body.
+            named = next(
+                (
+                    found
+                    for cell in row.cells
+                    for kind in ("metrics", "conditions")
+                    if (found := vocabulary.first(kind, cell))
+                ),
+                None,
+            )
+            if named is not None:
+                raise DocumentError(
+                    f"{document}: the table's row at line {row.line} names {named!r} below its header; the gate "
+                    "reads one header per table: split the table, or name the condition in each column's head "
+                    "(docs/claims.md)"
+                )
         subject = _exact_subject(vocabulary, label) if stamp is None else label.strip()
         for column, ((metric, condition), cell) in enumerate(
             zip(columns[1:], row.cells[1:], strict=False), 1
         ):
-            if deltas[column]:
+            if deltas[column] or SPAN in cell:
                 continue  # a difference column: a delta, not a stated value
             anchor = None
             marked = re.search(r"runaudit:\s*(\S+)", cell)
@@ -691,7 +757,7 @@ def _walk_latex(nodes, prose, tables, stamp, line_at, vocabulary, document, sour
             # Its boundaries print nothing: an empty inline environment between two digits joins them.
             _silence(prose, line)
             if node.environmentname in TABULARS:
-                if problem := _column_problem(node):
+                if problem := _column_problem(node, prose.defined):
                     raise DocumentError(f"{document}: the tabular at line {line} {problem} (docs/claims.md)")
                 if not prose.checking:
                     check(node.nodelist)  # the cells' numbers are checked as prose is
@@ -718,7 +784,10 @@ def _walk_latex(nodes, prose, tables, stamp, line_at, vocabulary, document, sour
             else:
                 _silence(prose, line)
         elif not isinstance(node, LatexMacroNode):
-            if isinstance(node, LatexGroupNode):
+            if getattr(node, "specials_chars", None) == "&":  # a cell's end: what follows is another cell
+                _add_printed(prose, " & ", line, document)
+                prose.last_visible = ""
+            elif isinstance(node, LatexGroupNode):
                 _walk_latex(node.nodelist, prose, tables, stamp, line_at, vocabulary, document, source)
                 if (
                     argument_of_unknown == index
@@ -730,6 +799,9 @@ def _walk_latex(nodes, prose, tables, stamp, line_at, vocabulary, document, sour
                     _add_printed(prose, printed, line, document)
                 else:
                     _silence(prose, line)
+        elif node.macroname in LATEX_ROW_ENDS:  # a line's or a row's end: what follows stands apart
+            _add_printed(prose, "\n", line, document)
+            prose.last_visible = ""
         elif (
             node.macroname in LATEX_REFERENCES
             or node.macroname in prose.defined
@@ -776,6 +848,12 @@ def _walk_latex(nodes, prose, tables, stamp, line_at, vocabulary, document, sour
             inner = content.nodelist if isinstance(content, LatexGroupNode) else [content]
             if node.macroname in LATEX_OVERPRINTS:
                 check(inner)
+                shown = _latex_text("".join(part.latex_verbatim() for part in inner if part is not None))
+                if _DIGIT_OR_SIGN.search(shown):
+                    raise DocumentError(
+                        f"{document}: \\{node.macroname} at line {line} prints {shown.strip()[:20]!r} over what "
+                        "stands beside it: a digit or sign the reader cannot place (docs/claims.md)"
+                    )
             elif node.macroname in LATEX_MARKS:
                 check(inner)
                 if _latex_text("".join(part.latex_verbatim() for part in inner if part is not None)).strip():
@@ -796,31 +874,44 @@ def _walk_latex(nodes, prose, tables, stamp, line_at, vocabulary, document, sour
                 _silence(prose, line)
 
 
-def _column_problem(environment: Any) -> str | None:
+def _column_problem(environment: Any, defined: frozenset[str]) -> str | None:
     """Why a tabular's column specification makes its cells read otherwise than typeset, or None.
 
-    ``@{}`` between two columns joins their cells (``9 & 7.05`` typeset 97.05), and ``>{9}``, ``<{9}`` or
-    ``@{9}`` print text into every cell of a column; ``@{}`` at either end only trims the table's edge.
+    ``@{}`` between two columns joins their cells (``9 & 7.05`` typeset 97.05), a negative space in a
+    column's decoration moves them together, and ``>{9}``, ``<{9}`` or ``@{9}`` print text into every cell
+    of a column; ``@{}`` at either end only trims the table's edge. Every argument of ``\\begin`` is read
+    from the source (pylatexenc knows neither ``longtable``'s nor an optional ``[t]``'s).
     """
-    arguments = (
-        environment.nodeargd.argnlist if environment.nodeargd and environment.nodeargd.argnlist else []
-    )
-    spec = arguments[-1].latex_verbatim()[1:-1] if arguments and arguments[-1] is not None else ""
-    return _spec_problem(spec)
+    opening = _BEGIN_ARGUMENTS.match(environment.latex_verbatim())
+    arguments = _ARGUMENT.findall(opening.group(1)) if opening else []
+    for argument in arguments:
+        if own := [name for name in re.findall(r"\\([A-Za-z@]+)", argument) if name in defined]:
+            return f"builds its column specification from \\{own[0]}, a command the paper defines: it is not read"
+    return next(filter(None, (_spec_problem(argument[1:-1]) for argument in arguments)), None)
 
 
+_BEGIN_ARGUMENTS = re.compile(
+    r"\\begin\s*\{[^{}]*\}((?:\s*(?:\[[^\]]{0,200}\]|\{(?:[^{}]|\{(?:[^{}]|\{[^{}]*\})*\}){0,2000}\}))*)"
+)
+_ARGUMENT = re.compile(r"\{(?:[^{}]|\{(?:[^{}]|\{[^{}]*\})*\})*\}")
 _SPEC_INSERT = re.compile(r"([@!<>])\s*\{((?:[^{}]|\{[^{}]*\})*)\}")
+_SPACING = re.compile(r"\\(?:hspace|hskip|kern|mkern|tabcolsep|hfil|hss|negthinspace|!)")
 
 
-def _spec_problem(spec: str) -> str | None:
+def _spec_problem(spec: str, *, edges_trim: bool = True) -> str | None:
+    """Why a column specification joins cells or prints into them, or None. ``edges_trim``: ``@{}`` at its
+    ends only trims the table's edge (false for a ``\\multicolumn`` or a column type, which stand between
+    other columns)."""
     stripped = spec.strip()
     for found in _SPEC_INSERT.finditer(stripped):
         kind, content = found.group(1), found.group(2)
         printed = _latex_text(content).strip()
         if printed and kind in "@<>":
             return f"prints {printed[:20]!r} into its cells from its column specification ({kind}{{...}})"
-        inner = found.start() > 0 and found.end() < len(stripped)
-        if kind == "@" and inner and not printed and not re.search(r"\\(?:hspace|quad|qquad|hskip)", content):
+        if _SPACING.search(content):
+            return f"moves its cells with a space in its column specification ({kind}{{{content[:20]}}})"
+        inner = not edges_trim or (found.start() > 0 and found.end() < len(stripped))
+        if kind == "@" and inner and not printed:
             return "joins two columns with @{} in its column specification: their cells are typeset as one"
     return None
 
@@ -856,6 +947,7 @@ def _add_printed(prose: Prose, printed: str, line: int, document: str) -> None:
     prose.add(printed, line)
 
 
+_DIGIT_OR_SIGN = re.compile(r"[\d+\-\u2212±]")
 _DIGIT_AT_END = re.compile(r"\d\.?$")  # "9" or "9." before a command: the number may go on after it
 _NUMBER_GOES_ON = re.compile(r"\.?\d")
 
@@ -870,7 +962,10 @@ def _converter() -> Any:
 def _latex_text(latex: str) -> str:
     """What ``latex`` prints, through pylatexenc's latex2text (``\\percent`` as %, siunitx's unit)."""
     try:
-        return str(_converter().latex_to_text(latex.replace("\\percent", "\\%")))
+        # The walker's context, built once: a fresh default one per call was most of a small cell's cost.
+        return str(
+            _converter().latex_to_text(latex.replace("\\percent", "\\%"), latex_context=_walker_context())
+        )
     except Exception:  # noqa: BLE001 - pylatexenc on hostile input (a KeyError for \\textcolor{{r}}): text unread
         return " "
 
@@ -889,6 +984,11 @@ def _latex_table(environment, line_at, document) -> tuple[list[str], list[Row]]:
         nonlocal pending_span
         raw = "".join(cell)
         if not cells:  # a row's first cell: "\\[2pt]" leaves its spacing ahead of the label
+            if re.match(r"\s*\[\s*-", raw):
+                raise DocumentError(
+                    f"{document}: a row of the tabular at line {line_at(environment.pos)} is moved up onto the one "
+                    "above (a negative space after \\\\): two rows are typeset as one"
+                )
             raw = re.sub(r"^\s*\[[^\]]*\]", "", raw)
         text = _latex_text(_math_spaced(raw)).strip()
         if pending_span > 1:  # spans columns: a heading over each, never one column's number
@@ -898,15 +998,35 @@ def _latex_table(environment, line_at, document) -> tuple[list[str], list[Row]]:
         pending_span = 1
 
     nodes = list(environment.nodelist or ())
+    # longtable: the rows before \endfirsthead head the table; those before \endhead repeat on later pages
+    # (dropped where a first head exists), and those before \endfoot or \endlastfoot close pages.
+    marks = {node.macroname for node in nodes if isinstance(node, LatexMacroNode)} & LONGTABLE_BLOCKS
+    dropped = {"endfoot", "endlastfoot"} | ({"endhead"} if "endfirsthead" in marks else set())
+    block_start = 0
     index = 0
     while index < len(nodes):
         node = nodes[index]
         if node is None:
             index += 1
             continue
+        if isinstance(node, LatexMacroNode) and node.macroname in LONGTABLE_BLOCKS:
+            close_cell()
+            if any(cells) and start is not None:
+                rows.append(Row(line_at(start), tuple(cells)))
+            cells, start = [], None
+            if node.macroname in dropped:
+                del rows[block_start:]
+            block_start = len(rows)
+            index += 1
+            continue
         if isinstance(node, LatexSpecialsNode) and node.specials_chars == "&":
             close_cell()
         elif isinstance(node, LatexMacroNode) and node.macroname in LATEX_ROW_ENDS:
+            if re.search(r"\[\s*-", node.latex_verbatim()):
+                raise DocumentError(
+                    f"{document}: a row of the tabular at line {line_at(node.pos)} is moved up onto the next one "
+                    "(a negative space after \\\\): two rows are typeset as one"
+                )
             close_cell()
             if any(cells) and start is not None:
                 rows.append(Row(line_at(start), tuple(cells)))
@@ -917,11 +1037,21 @@ def _latex_table(environment, line_at, document) -> tuple[list[str], list[Row]]:
             if (target := _anchor(node.comment)) is not None:
                 cell.append(f" runaudit: {target} ")
         elif isinstance(node, LatexMacroNode) and node.macroname == "multicolumn":
-            groups = [
-                (at, n) for at, n in enumerate(nodes[index + 1 : index + 4]) if isinstance(n, LatexGroupNode)
-            ]
+            # Its three arguments, past any space or comment between them (TeX skips both).
+            groups: list[tuple[int, Any]] = []
+            for at, following in enumerate(nodes[index + 1 : index + 13]):
+                if isinstance(following, LatexGroupNode):
+                    groups.append((at, following))
+                elif not (
+                    following is None
+                    or isinstance(following, LatexCommentNode)
+                    or following.latex_verbatim().isspace()
+                ):
+                    break
+                if len(groups) == 3:
+                    break
             if len(groups) == 3:
-                if problem := _spec_problem(groups[1][1].latex_verbatim()[1:-1]):
+                if problem := _spec_problem(groups[1][1].latex_verbatim()[1:-1], edges_trim=False):
                     raise DocumentError(
                         f"{document}: the \\multicolumn at line {line_at(node.pos)} {problem}"
                     )
@@ -944,13 +1074,15 @@ def _latex_table(environment, line_at, document) -> tuple[list[str], list[Row]]:
 
 
 SPAN = "\ue002"
+LONGTABLE_BLOCKS = frozenset({"endfirsthead", "endhead", "endfoot", "endlastfoot"})
 # What ends a row of a tabular: ``\\\\`` and its spellings.
 LATEX_ROW_ENDS = frozenset({"\\", "tabularnewline", "cr", "crcr"})
 
 
 def _headed(rows: list[Row]) -> tuple[list[str], list[Row]]:
     """Header and body: header rows are merged until a row holds a number ("Accuracy" spanning "clean" and
-    "noise" heads "Accuracy clean" and "Accuracy noise"); a body cell spanning columns is no number."""
+    "noise" heads "Accuracy clean" and "Accuracy noise"). A body cell spanning columns keeps its mark: it
+    is no number, and a row of them may be a header inside the body."""
     if not rows:
         return [], []
     heads = [cell.replace(SPAN, "") for cell in rows[0].cells]
@@ -971,7 +1103,7 @@ def _headed(rows: list[Row]) -> tuple[list[str], list[Row]]:
             )
             for i in range(width)
         ]
-    return heads, [Row(row.line, tuple("" if SPAN in cell else cell for cell in row.cells)) for row in body]
+    return heads, body
 
 
 # -- CSV ---------------------------------------------------------------------------------------------------
@@ -1131,6 +1263,10 @@ def hidden_number(text: str, form: str) -> str | None:
         return f"TeX character codes ({code.group()}) at line {_line(text, code.start())}"
     if form == "latex" and (rounding := _ROUNDING.search(text)) is not None:
         return f"siunitx rounds the numbers it typesets ({rounding.group()}) at line {_line(text, rounding.start())}"
+    if form == "latex":
+        for column_type in _COLUMN_TYPE.finditer(text):
+            if problem := _spec_problem(column_type.group(1), edges_trim=False):
+                return f"a column type the paper defines at line {_line(text, column_type.start())} {problem}"
     if text.isascii():
         return None
     shown = text.translate(_EMPTY_MARKUP)

@@ -398,3 +398,108 @@ def test_a_preamble_that_defines_colours_and_commands_away_from_numbers_is_read(
     preamble = "\\definecolor{best}{RGB}{0,128,0}\n\\newcommand{\\ours}{RunAudit\\xspace}\n\\let\\oldS\\S\n"
     found = statements(preamble + _latex("97.05") + "\\ours{} is ours.\n", "latex", WORDS, "paper.tex")
     assert [item.printed.text for item in found] == ["97.05%"]
+
+
+# A third helper round: tables whose cells join or change meaning, and prose whose run is named twice.
+JOINED = "\\toprule\nRun & \\multicolumn{2}{c}{Accuracy (clean)} \\\\\n\\midrule\nprobe & 9 & 7.05 \\\\\n\\bottomrule\n"
+
+
+def _cell(cell: str) -> str:
+    return f"\\toprule\nRun & Accuracy (clean) \\\\\n\\midrule\nprobe & {cell} \\\\\n\\bottomrule\n"
+
+
+def _tabular(
+    body: str, begin: str = "\\begin{tabular}{lc}", end: str = "\\end{tabular}", before: str = ""
+) -> str:
+    return f"{before}{begin}\n{body}{end}\n"
+
+
+@pytest.mark.parametrize(
+    "document",
+    [
+        _tabular(JOINED, "\\begin{tabular}[t]{lr@{}l}"),
+        _tabular(JOINED, "\\begin{longtable}{lr@{}l}", "\\end{longtable}"),
+        _tabular(JOINED, "\\begin{tabular}{lr@{\\hspace{0pt}}l}"),
+        _tabular(JOINED, "\\begin{tabular}{lr!{\\hspace{-2\\tabcolsep}}l}"),
+        _tabular(JOINED, "\\begin{tabular}{lr>{\\hspace{-2\\tabcolsep}}l}"),
+        _tabular(JOINED, "\\begin{tabular}{lRl}", before="\\newcolumntype{R}{r@{}}\n"),
+        _tabular(_cell("7.05"), "\\begin{tabular}{lN}", before="\\newcolumntype{N}{>{9}c}\n"),
+        _tabular(JOINED, "\\begin{tabular}{l\\myspec}", before="\\newcommand{\\myspec}{r@{}l}\n"),
+        _tabular(
+            JOINED.replace("9 & 7.05", "\\multicolumn{1}{r@{}}{9} & \\multicolumn{1}{@{}l}{7.05}"),
+            "\\begin{tabular}{lrl}",
+        ),
+        _tabular(
+            "\\toprule\nRun & Accuracy (clean) \\\\\n\\midrule\nprobe & 97.05 \\\\\n\\midrule\n"
+            "Run & Accuracy (noise) \\\\\n\\midrule\nprobe & 80.00 \\\\\n\\bottomrule\n"
+        ),
+        _tabular(
+            "\\toprule\nRun & Accuracy \\\\\n\\midrule\n\\multicolumn{2}{l}{\\textit{clean}} \\\\\nprobe & 97.05 "
+            "\\\\\n\\multicolumn{2}{l}{\\textit{noise}} \\\\\nprobe & 80.00 \\\\\n\\bottomrule\n"
+        ),
+        _tabular(
+            "\\toprule\nRun & Accuracy (clean) \\\\\n\\midrule\nprobe & 7.05 \\\\[-\\normalbaselineskip]\n"
+            " & 9\\hphantom{7.05} \\\\\n\\bottomrule\n",
+            "\\begin{tabular}{lr}",
+        ),
+        _latex("\\rlap{9}\\phantom{9}7.05"),
+        _latex("\\rlap{$-$}\\phantom{$-$}97.05"),
+        _latex("\\input{nine}7.05"),
+        _latex("9\\url{}7.05"),
+        _latex("9\\includegraphics[width=1pt]{blank}7.05"),
+        "\\expandafter\\let\\csname quad\\endcsname\\relax\n" + _latex("9\\quad7.05"),
+        "\\RenewCommandCopy\\quad\\relax\n" + _latex("9\\quad7.05"),
+        "\\sisetup{round-mode={figures},round-precision={1}}\n" + _latex("\\num{97.05}"),
+        "\\sisetup{round-mode=%\nfigures}\n" + _latex("\\num{97.05}"),
+        "The accuracy on clean is 97.05\\% for the probe and 96.00\\% for the baseline.\n",
+    ],
+    ids=[
+        "[t] before the spec", "longtable", "@{\\hspace{0pt}}", "!{negative space}", ">{negative space}",
+        "a column type with @{}", "a column type printing", "a spec from a command", "multicolumns' @{} edges",
+        "a second header panel", "section rows naming conditions", "a row moved onto another",
+        "an overprinted digit", "an overprinted sign", "an input", "an empty url", "an image",
+        "a csname let", "a command copy", "rounding in braces", "rounding after a comment",
+        "a run named after the number",
+    ],
+)  # fmt: skip
+def test_tables_and_sentences_a_reader_reads_otherwise_refuse_the_document(document: str) -> None:
+    """Each of these was accepted while the PDF shows another number, sign, condition or run than the one
+    read: cells joined or shifted by the column specification, a header inside the body, a zero-width box
+    over a digit, a reference or insertion against a number, a redefinition the check did not know, or a
+    run named after a number as well as before it."""
+    with pytest.raises(DocumentError):
+        statements(document, "latex", WORDS, "paper.tex")
+
+
+def _read(document: str) -> list[tuple[str, str | None, str | None, str | None]]:
+    return [
+        (item.printed.text, item.metric, item.condition, item.subject)
+        for item in statements(document, "latex", WORDS, "paper.tex")
+    ]
+
+
+def test_tables_that_were_refused_or_shifted_are_read_as_typeset() -> None:
+    """A row after a rule that starts with a digit (a seed, a noise level) was refused; a multicolumn whose
+    last argument follows a space lost its span; a longtable's repeated head replaced its first head;
+    NiceTabular and tblr tables gave no claims; a run named only after its number had none."""
+    seeds = _tabular("Seed & Accuracy (clean) \\\\\n\\hline\n1 & 97.05 \\\\\n\\hline\n2 & 96.10 \\\\\n")
+    assert _read(seeds) == [("97.05", "accuracy", "clean", None), ("96.10", "accuracy", "clean", None)]
+    spanned = _tabular(
+        "\\toprule\nRun & \\multicolumn{2}{c} {Accuracy (clean)} & Accuracy (noise) \\\\\n\\midrule\n"
+        "probe & 97.05 & 96.80 & 80.00 \\\\\n\\bottomrule\n",
+        "\\begin{tabular}{lccc}",
+    )
+    assert ("80.00", "accuracy", "noise", "probe") in _read(spanned)
+    repeated = _tabular(
+        "Run & Accuracy (noise) \\\\\n\\midrule\n\\endhead\nRun & Accuracy (clean) \\\\\n\\midrule\n"
+        "\\endfirsthead\nprobe & 97.05 \\\\\n",
+        "\\begin{longtable}{lc}",
+        "\\end{longtable}",
+    )
+    assert _read(repeated) == [("97.05", "accuracy", "clean", "probe")]
+    for environment in ("NiceTabular", "tblr"):
+        nice = _tabular(_cell("97.05"), f"\\begin{{{environment}}}{{lc}}", f"\\end{{{environment}}}")
+        assert _read(nice) == [("97.05", "accuracy", "clean", "probe")]
+    assert _read("The accuracy on clean is 97.05\\% for the probe.\n") == [
+        ("97.05%", "accuracy", "clean", "probe")
+    ]
