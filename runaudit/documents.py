@@ -532,10 +532,10 @@ def table_statements(
             # to a reader; the gate reads the one header above the body.
             named = next(
                 (
-                    found
+                    mention
                     for cell in row.cells
                     for kind in ("metrics", "conditions")
-                    if (found := vocabulary.first(kind, cell))
+                    if (mention := vocabulary.first(kind, cell))
                 ),
                 None,
             )
@@ -550,7 +550,7 @@ def table_statements(
             zip(columns[1:], row.cells[1:], strict=False), 1
         ):
             if deltas[column] or SPAN in cell:
-                continue  # a difference column: a delta, not a stated value
+                continue  # a difference column (a delta, not a stated value), or a cell spanning columns
             anchor = None
             marked = re.search(r"runaudit:\s*(\S+)", cell)
             if marked:

@@ -679,3 +679,89 @@ def test_a_storage_past_its_record_is_refused_whatever_strings_the_pickle_holds(
         torch.load(path, weights_only=True)  # what a plain load says: the record is too short
     for found in _both(path):
         assert isinstance(found, CheckpointRefused) and "declares storage" in str(found), found
+
+
+def test_a_float8_e8m0_nan_is_named(tmp_path: Path) -> None:
+    """torch's ``isfinite`` calls a float8_e8m0fnu NaN finite: the storage scan flagged it, then the tensor's
+    own check let it pass in both readers. 1-byte floats are widened before any check."""
+    scale = torch.tensor([1.0, 2.0, float("nan"), 4.0]).to(torch.float8_e8m0fnu)
+    for found in _both(_saved(tmp_path, {"model": {"scale": scale, "b": torch.ones(2)}})):
+        assert isinstance(found, checkpoints.Inspection) and found.nonfinite == ["model.scale"], found
+
+
+def test_tensors_in_tuple_keys_and_in_hooks_are_scanned(tmp_path: Path) -> None:
+    """A plain ``torch.save`` keeps a tuple key holding a tensor, and ``_rebuild_tensor_v2`` restores a
+    tensor's backward hooks from the file: a NaN tensor in either was walked by neither reader."""
+    nan = torch.tensor([1.0, float("nan")])
+    for found in _both(_saved(tmp_path, {"model": {"w": torch.ones(2)}, "index": {(nan, 0): "x"}})):
+        assert isinstance(found, checkpoints.Inspection) and found.nonfinite == ["index.<key>[0]"], found
+    path = tmp_path / "hooks.pth"
+    torch.save({"w": torch.ones(2), "n": torch.tensor([1.0, float("nan")])}, path)
+    weights = _Called(
+        torch._utils._rebuild_tensor_v2,
+        _Record(("storage", torch.FloatStorage, "0", "cpu", 2)), 0, (2,), (1,), False,
+        collections.OrderedDict(hook=_Called(
+            torch._utils._rebuild_tensor_v2,
+            _Record(("storage", torch.FloatStorage, "1", "cpu", 2)), 0, (2,), (1,), False, collections.OrderedDict(),
+        )),
+    )  # fmt: skip
+    _with_data_pkl(path, {"model": {"w": weights}})
+    assert not torch.isfinite(torch.load(path, weights_only=True)["model"]["w"]._backward_hooks["hook"]).all()
+    for found in _both(path):
+        assert isinstance(found, checkpoints.Inspection) and found.nonfinite == [
+            "model.w._backward_hooks.hook"
+        ]
+
+
+def test_a_view_repeating_its_storage_is_scanned_once_per_element(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A 1 kB file's stride-0 view of 1.5e8 copies of two floats was expanded to every copy to be checked
+    (1.2 GB; 4.4 GB dequantized for a quantized one). Each distinct element is checked once."""
+    path = tmp_path / "repeated.pth"
+    torch.save({"s": torch.tensor([float("nan"), 1.0])}, path)
+    _with_data_pkl(path, {"model": {"w": _Called(
+        torch._utils._rebuild_tensor_v2,
+        _Record(("storage", torch.FloatStorage, "0", "cpu", 2)), 1, (150_000_000,), (0,), False, collections.OrderedDict(),
+    ), "b": _Called(
+        torch._utils._rebuild_tensor_v2,
+        _Record(("storage", torch.FloatStorage, "0", "cpu", 2)), 0, (2,), (1,), False, collections.OrderedDict(),
+    )}})  # fmt: skip
+    checked: list[int] = []
+    isfinite = torch.isfinite
+    monkeypatch.setattr(torch, "isfinite", lambda tensor: checked.append(tensor.numel()) or isfinite(tensor))
+    for found in _both(path):
+        assert isinstance(found, checkpoints.Inspection) and found.nonfinite == ["model.b"], found
+    assert max(checked) < 1024, max(checked)
+
+
+class _Newly:
+    """An object ``data.pkl`` makes with NEWOBJ and no state: ``cls.__new__(cls)``."""
+
+    def __init__(self, cls: type) -> None:
+        self.cls = cls
+
+    @property  # type: ignore[misc]
+    def __class__(self) -> type:  # the pickler checks NEWOBJ's class against the object's
+        return self.cls
+
+    def __reduce_ex__(self, protocol: Any) -> tuple[Any, ...]:
+        import copyreg
+
+        return (copyreg.__newobj__, (self.cls,))
+
+
+def test_a_storage_without_a_dtype_is_refused_in_one_line(tmp_path: Path) -> None:
+    """A bare ``TypedStorage`` made without its dtype loads under a plain ``torch.load``; both readers raised
+    AttributeError on it, and the custody session errored."""
+    path = _saved(tmp_path, {"w": torch.ones(2)})
+    weights = _Called(
+        torch._utils._rebuild_tensor_v2,
+        _Record(("storage", torch.FloatStorage, "0", "cpu", 2)), 0, (2,), (1,), False, collections.OrderedDict(),
+    )  # fmt: skip
+    _with_data_pkl(path, {"w": weights, "odd": _Newly(torch.storage.TypedStorage)})
+    with warnings.catch_warnings():  # TypedStorage is deprecated
+        warnings.simplefilter("ignore")
+        assert isinstance(torch.load(path, weights_only=True)["odd"], torch.storage.TypedStorage)
+    for found in _both(path):
+        assert isinstance(found, CheckpointRefused) and "\n" not in str(found), found

@@ -107,3 +107,18 @@ def test_an_audit_session_keeps_the_collector_off_its_starting_heap_and_hands_it
     )  # fmt: skip
     assert probe.counts and min(probe.counts) > 0, audited.stdout.str()[-2000:]
     assert gc.get_freeze_count() == 0
+
+
+def test_a_process_that_froze_its_heap_keeps_it_frozen_after_a_session(
+    pytester: pytest.Pytester, project: Path, capsule_dir: Path
+) -> None:
+    """A runner's forked child freezes its heap before its session; the session's end unfroze all of it."""
+    gc.freeze()
+    try:
+        pytester.runpytest(
+            "-p", "no:cacheprovider", "--run", str(capsule_dir), "--root", str(project), "--report-dir",
+            "reports", "-m", "custody", "-k", "capsule",
+        )  # fmt: skip
+        assert gc.get_freeze_count() > 0
+    finally:
+        gc.unfreeze()
