@@ -314,8 +314,13 @@ class Scope:
             ]
         else:
             candidates = [item for item in candidates if self._in_focus(item)]
-        if statement.condition is not None:
-            candidates = [item for item in candidates if item.condition == statement.condition]
+        # A number that names no condition is the test's headline one: matching any condition's value let a
+        # noise result pass as the clean one the sentence shows.
+        candidates = [
+            item
+            for item in candidates
+            if (item.condition == statement.condition if statement.condition is not None else item.primary)
+        ]
         if not candidates:
             named = f" of {statement.subject}" if statement.subject else ""
             return Judgement(

@@ -371,17 +371,18 @@ def prose_statements(
         lower, upper = _clause(metrics, found.start(), start, end)
         part_lower, part_upper = _part(separators, found, lower, upper)
         line = prose.line_of(found.start())
-        # The run is the one named before the number in its sentence; one named right after it, in its part
-        # ("97.05 % for the probe"), is the run where none was named before, and a contradiction where
-        # another was: "... 96.00 % for the baseline" after "for the probe" would credit the probe.
-        before = _closest(_within(subjects, start, found.start()), found.start())
+        # The run: one named right after the number in its part ("compared to 96.00 % for the baseline"),
+        # else the one run named before it in its sentence. Two named before and none after ("the probe
+        # outperforms the baseline, reaching 97.05 %") leave it to grammar the reader does not parse.
         after = _within(subjects, found.end(), part_upper)
-        if after and before is not None and after[0][1] != before:
+        named_before = {name for _, name in _within(subjects, start, found.start())}
+        if not after and len(named_before) > 1 and anchor is None:
             raise DocumentError(
-                f"{document}: the number {printed.text} at line {line} follows {before!r} and is followed by "
-                f"{after[0][1]!r} in its sentence: which run it belongs to is not clear; name the run before "
-                "each number (docs/claims.md)"
+                f"{document}: the number {printed.text} at line {line} follows {len(named_before)} runs in its "
+                f"sentence ({', '.join(sorted(named_before))}): which one it belongs to is not clear; name its "
+                "run right after it, or anchor it (docs/claims.md)"
             )
+        before = _closest(_within(subjects, start, found.start()), found.start())
         yield _statement(
             document,
             source,
@@ -390,7 +391,7 @@ def prose_statements(
             metric=metric,
             condition=_closest(_within(conditions, part_lower, part_upper), found.start())
             or _closest(_within(conditions, lower, upper), found.start()),
-            subject=before or (after[0][1] if after else None),
+            subject=after[0][1] if after else before,
             anchor=anchor,
         )
 
@@ -459,6 +460,8 @@ def _clause(mentions: list[tuple[int, str]], offset: int, start: int, end: int) 
     98.1, noise with 0.43."""
     before = _within(mentions, start, offset)
     after = _within(mentions, offset + 1, end)
+    if not before and after:  # its own metric is named after it ("97.05 % accuracy on clean data")
+        return start, after[1][0] if len(after) > 1 else end
     lower = before[-2][0] + 1 if len(before) >= 2 else start
     return lower, after[0][0] if after else end
 
@@ -527,7 +530,12 @@ def table_statements(
     deltas = [bool(_DELTA_HEAD.search(head)) for head in heads]
     for row in rows:
         label = row.cells[0] if row.cells else ""
-        if not any(_NUMBER.search(cell) for cell in row.cells[1:] if SPAN not in cell):
+        if not any(
+            parse_number(found)
+            for cell in row.cells[1:]
+            if SPAN not in cell
+            for found in _NUMBER.finditer(cell)
+        ):
             # A header inside the body (a second panel, a section row) changes what the columns below mean
             # to a reader; the gate reads the one header above the body.
             named = next(
@@ -882,36 +890,76 @@ def _column_problem(environment: Any, defined: frozenset[str]) -> str | None:
     of a column; ``@{}`` at either end only trims the table's edge. Every argument of ``\\begin`` is read
     from the source (pylatexenc knows neither ``longtable``'s nor an optional ``[t]``'s).
     """
-    opening = _BEGIN_ARGUMENTS.match(environment.latex_verbatim())
-    arguments = _ARGUMENT.findall(opening.group(1)) if opening else []
+    arguments = _begin_arguments(environment.latex_verbatim())
     for argument in arguments:
         if own := [name for name in re.findall(r"\\([A-Za-z@]+)", argument) if name in defined]:
             return f"builds its column specification from \\{own[0]}, a command the paper defines: it is not read"
-    return next(filter(None, (_spec_problem(argument[1:-1]) for argument in arguments)), None)
+    return next(filter(None, (_spec_problem(argument) for argument in arguments)), None)
 
 
-_BEGIN_ARGUMENTS = re.compile(
-    r"\\begin\s*\{[^{}]*\}((?:\s*(?:\[[^\]]{0,200}\]|\{(?:[^{}]|\{(?:[^{}]|\{[^{}]*\})*\}){0,2000}\}))*)"
+_BEGIN = re.compile(r"\\begin\s*\{[^{}]*\}")
+
+
+def _closing(text: str, opening: int) -> int:
+    """The index just past the brace that closes the one at ``opening``, at any depth; -1 if none does."""
+    depth = 0
+    for index in range(opening, len(text)):
+        if text[index] == "{" and text[index - 1 : index] != "\\":
+            depth += 1
+        elif text[index] == "}" and text[index - 1 : index] != "\\":
+            depth -= 1
+            if depth == 0:
+                return index + 1
+    return -1
+
+
+def _begin_arguments(verbatim: str) -> list[str]:
+    """The ``{...}`` arguments of ``\\begin{name}[...]{...}...`` (their insides), braces matched at any depth."""
+    opening = _BEGIN.match(verbatim)
+    found: list[str] = []
+    at = opening.end() if opening else 0
+    while opening and len(found) < 4:
+        while at < len(verbatim) and verbatim[at].isspace():
+            at += 1
+        if verbatim.startswith("[", at):
+            close = verbatim.find("]", at)
+            if close < 0:
+                break
+            at = close + 1
+        elif verbatim.startswith("{", at) and (end := _closing(verbatim, at)) > 0:
+            found.append(verbatim[at + 1 : end - 1])
+            at = end
+        else:
+            break
+    return found
+
+
+_INSERT = re.compile(r"([@!<>])\s*(?=\{)")
+# A space between two columns: a positive length or a named space (``\\quad``, ``\\,``).
+_GAP = re.compile(
+    r"\\(?:quad|qquad|enspace|enskip|thinspace|extracolsep|hfill|hfil|[,;:]|(?:hspace\*?|hskip|kern)\s*\{?\s*\+?0*[1-9.])|~"
 )
-_ARGUMENT = re.compile(r"\{(?:[^{}]|\{(?:[^{}]|\{[^{}]*\})*\})*\}")
-_SPEC_INSERT = re.compile(r"([@!<>])\s*\{((?:[^{}]|\{[^{}]*\})*)\}")
-_SPACING = re.compile(r"\\(?:hspace|hskip|kern|mkern|tabcolsep|hfil|hss|negthinspace|!)")
 
 
 def _spec_problem(spec: str, *, edges_trim: bool = True) -> str | None:
     """Why a column specification joins cells or prints into them, or None. ``edges_trim``: ``@{}`` at its
     ends only trims the table's edge (false for a ``\\multicolumn`` or a column type, which stand between
-    other columns)."""
+    other columns). Braces are matched at any depth: ``@{{{}}}`` is an ``@{}``."""
     stripped = spec.strip()
-    for found in _SPEC_INSERT.finditer(stripped):
-        kind, content = found.group(1), found.group(2)
+    for found in _INSERT.finditer(stripped):
+        end = _closing(stripped, found.end())
+        if end < 0:
+            continue
+        kind, content = found.group(1), stripped[found.end() + 1 : end - 1]
         printed = _latex_text(content).strip()
         if printed and kind in "@<>":
             return f"prints {printed[:20]!r} into its cells from its column specification ({kind}{{...}})"
-        if _SPACING.search(content):
-            return f"moves its cells with a space in its column specification ({kind}{{{content[:20]}}})"
-        inner = not edges_trim or (found.start() > 0 and found.end() < len(stripped))
-        if kind == "@" and inner and not printed:
+        if "-" in content or "\\!" in content or "negthinspace" in content:
+            return (
+                f"moves its cells together with a negative space in its column specification ({kind}{{...}})"
+            )
+        inner = not edges_trim or (found.start() > 0 and end < len(stripped))
+        if kind == "@" and inner and not printed and not _GAP.search(content):
             return "joins two columns with @{} in its column specification: their cells are typeset as one"
     return None
 

@@ -304,6 +304,20 @@ def test_a_number_with_no_artifact_is_listed_not_run(
     assert outcome.result.ret == 0  # listed as disclosures; --runaudit-strict would fail them
 
 
+def test_a_number_naming_no_condition_is_held_to_the_headline_condition(
+    run_audits: Callable[..., AuditRun], delivered: dict[str, Any], tmp_path: Path
+) -> None:
+    """A number naming no condition matched any condition's value: the demo's noise accuracy, stated as its
+    accuracy, passed as if the sentence had said noise."""
+    noise = 100 * delivered["demo"]["accuracy", "noise"]
+    sentence = f"The demo reaches an accuracy of {noise:.2f} % after training."
+    readme = _edited(
+        delivered, "README.md", lambda text: text.replace("## Seeds", f"{sentence}\n\n## Seeds"), tmp_path
+    )
+    stated = _by_line(_claims(run_audits, delivered, readme))[f"README.md:{_line_of(readme, sentence)}:1"]
+    assert stated["verdict"] == "failed" and "clean" in stated["message"], stated
+
+
 def test_a_number_resting_on_a_capsule_that_lost_custody_fails(
     run_audits: Callable[..., AuditRun], delivered: dict[str, Any], tmp_path: Path
 ) -> None:
