@@ -786,11 +786,7 @@ def _walk_latex(nodes, prose, tables, stamp, line_at, vocabulary, document, sour
             _add_printed(prose, node.chars, line, document)
         elif isinstance(node, LatexMathNode):
             check(node.nodelist)
-            printed = _latex_text(_math_spaced(node.latex_verbatim()))
-            if printed:
-                _add_printed(prose, printed, line, document)
-            else:
-                _silence(prose, line)
+            _print(prose, _latex_text(_math_spaced(node.latex_verbatim())), line, document)
         elif not isinstance(node, LatexMacroNode):
             if getattr(node, "specials_chars", None) == "&":  # a cell's end: what follows is another cell
                 _add_printed(prose, " & ", line, document)
@@ -802,11 +798,7 @@ def _walk_latex(nodes, prose, tables, stamp, line_at, vocabulary, document, sour
                 ):  # what follows an unknown command's argument may be its number
                     prose.silenced_after_digit = prose.silenced_after_digit or line
             else:
-                printed = _latex_text(node.latex_verbatim())
-                if printed:
-                    _add_printed(prose, printed, line, document)
-                else:
-                    _silence(prose, line)
+                _print(prose, _latex_text(node.latex_verbatim()), line, document)
         elif node.macroname in LATEX_ROW_ENDS:  # a line's or a row's end: what follows stands apart
             _add_printed(prose, "\n", line, document)
             prose.last_visible = ""
@@ -875,11 +867,7 @@ def _walk_latex(nodes, prose, tables, stamp, line_at, vocabulary, document, sour
             for argument in node.nodeargd.argnlist if node.nodeargd and node.nodeargd.argnlist else ():
                 if isinstance(argument, LatexGroupNode):
                     check(argument.nodelist)
-            printed = _latex_text(_math_spaced(node.latex_verbatim()))
-            if printed:
-                _add_printed(prose, printed, line, document)
-            else:
-                _silence(prose, line)
+            _print(prose, _latex_text(_math_spaced(node.latex_verbatim())), line, document)
 
 
 def _column_problem(environment: Any, defined: frozenset[str]) -> str | None:
@@ -962,6 +950,14 @@ def _spec_problem(spec: str, *, edges_trim: bool = True) -> str | None:
         if kind == "@" and inner and not printed and not _GAP.search(content):
             return "joins two columns with @{} in its column specification: their cells are typeset as one"
     return None
+
+
+def _print(prose: Prose, printed: str, line: int, document: str) -> None:
+    """Add what a node prints; one that prints nothing is a silence (:func:`_silence`)."""
+    if printed:
+        _add_printed(prose, printed, line, document)
+    else:
+        _silence(prose, line)
 
 
 def _silence(prose: Prose, line: int) -> None:

@@ -489,16 +489,21 @@ def test_names_are_bounded_however_long_the_keys(tmp_path: Path) -> None:
         assert isinstance(found, checkpoints.Inspection) and found.tensors == 1
 
 
+def _inspected_with_peak(path: Path) -> tuple[checkpoints.Inspection, int]:
+    """``inspect(path)`` and the most memory Python allocated at once meanwhile (tracemalloc)."""
+    tracemalloc.start()
+    try:
+        found = inspect(path)
+        return found, tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
 def test_the_walk_holds_no_name_per_entry(tmp_path: Path) -> None:
     """Names kept to 200 characters still made one per entry: a 10 MB file of ten million ``None`` under a
     190-character key held 4.2 GB (a plain load, 0.33 GB). A million entries here, measured as allocated."""
     path = _saved(tmp_path, {"k" * 190: [None] * 1_000_000, "w": torch.ones(2)})
-    tracemalloc.start()
-    try:
-        found = inspect(path)
-        _, peak = tracemalloc.get_traced_memory()
-    finally:
-        tracemalloc.stop()
+    found, peak = _inspected_with_peak(path)
     assert found.tensors == 1
     assert peak < 64 << 20, (
         f"the walk allocated {peak >> 20} MiB at its peak for one tensor among a million None"
@@ -655,12 +660,7 @@ def test_a_tensor_key_is_never_printed_to_name_what_it_holds(
 def test_one_tensor_referenced_a_million_times_is_kept_once(tmp_path: Path) -> None:
     """Every reference kept a (name, tensor) pair: a 4 MB file held 1 GB where a plain load holds 260 MB."""
     path = _saved(tmp_path, {"k" * 190: [torch.ones(2)] * 1_000_000})
-    tracemalloc.start()
-    try:
-        found = inspect(path)
-        _, peak = tracemalloc.get_traced_memory()
-    finally:
-        tracemalloc.stop()
+    found, peak = _inspected_with_peak(path)
     assert found.tensors == 1 and found.numel == 2
     assert peak < 96 << 20, f"the walk allocated {peak >> 20} MiB at its peak for one tensor"
 
