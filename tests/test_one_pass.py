@@ -788,3 +788,22 @@ def test_float4_weights_are_no_refusal(tmp_path: Path) -> None:
         torch.use_deterministic_algorithms(deterministic)
     for found in found_by_both:
         assert isinstance(found, checkpoints.Inspection) and found.nonfinite == [], found
+
+
+def test_a_container_met_through_many_references_is_walked_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A 9 kB file of 800 references to one list of 3000 one-element tuples was walked reference by reference
+    (2.4 million containers, 16 s against 0.01 s for a plain load). A container walked to its end adds what
+    it counted when met again; the visit bound still counts every reference."""
+    inner = [(0,)] * 3000
+    path = _saved(tmp_path, {"model": {"w": torch.ones(2)}, "junk": [inner] * 800})
+    opened: list[int] = []
+    children = checkpoints._children
+    monkeypatch.setattr(checkpoints, "_children", lambda *args: opened.append(1) or children(*args))
+    for found in _both(path):
+        assert isinstance(found, checkpoints.Inspection) and found.tensors == 1, found
+    assert len(opened) < 20_000, len(opened)
+    monkeypatch.setattr(checkpoints, "MAX_OBJECTS", 1_000_000)  # 800 × 3000 references: still counted
+    with pytest.raises(CheckpointRefused, match="expands past"):
+        inspect(path)
