@@ -355,3 +355,63 @@ def test_manifest_totals_that_disagree_with_the_entries_fail_present(
     outcome = run_audits(capsule_dir, project, "-k", "manifest")
     [present] = outcome.find("manifest.present")
     assert present["verdict"] == "failed" and "totals.bytes says 1" in present["message"]
+
+
+# -- the per-file cases' protocol (fixtures/protocol.py) ------------------------------------------------
+
+
+def test_per_file_cases_skip_the_per_phase_capture_and_reach_the_same_verdicts(
+    run_audits, pytester: pytest.Pytester, capsule_dir: Path, project: Path
+) -> None:
+    """``manifest.size`` and ``manifest.sha256`` run without pytest's per-phase output and log capture, other
+    plugins' phase hooks still see them, and every verdict, message and count is what pytest's default
+    protocol gives (fresh hashes both times)."""
+    csv = capsule_dir / "train.csv"
+    text = csv.read_text()
+    position = text.index("\n") + 5
+    csv.write_text(text[:position] + ("1" if text[position] != "1" else "2") + text[position + 1 :])
+    first, second, *_ = sorted((capsule_dir / "test" / "main" / "vis" / "clean" / "input").iterdir())
+    first.write_bytes(first.read_bytes()[:100])
+    second.unlink()
+    pytester.makepyfile(
+        phase_log="""
+        import logging
+
+        SET_UP, LOGGED = [], set()
+
+        def pytest_runtest_setup(item):
+            SET_UP.append(item.nodeid)
+            logging.getLogger("phase_log").warning("setting up")
+
+        def pytest_runtest_logreport(report):
+            if report.when == "setup" and "setting up" in report.caplog:
+                LOGGED.add(report.nodeid)
+        """
+    )
+    pytester.syspathinsert()
+    import phase_log  # imported here, so that the in-process sessions keep this module and its lists
+
+    def verdicts(outcome) -> list[tuple[str, str, str, str]]:
+        assert outcome.report is not None, outcome.result.stdout.str()[-3000:]
+        return [(i["audit"], i["subject"], i["verdict"], i["message"]) for i in outcome.report["verdicts"]]
+
+    def per_file(nodeids) -> set[str]:
+        return {nodeid for nodeid in nodeids if "::test_size[" in nodeid or "::test_sha256[" in nodeid}
+
+    fresh = ("-m", "custody", "--runaudit-fresh-hashes", "-p", "phase_log")
+    lean = run_audits(capsule_dir, project, *fresh)
+    set_up, logged = list(phase_log.SET_UP), set(phase_log.LOGGED)
+    phase_log.SET_UP.clear()
+    phase_log.LOGGED.clear()
+    default = run_audits(capsule_dir, project, *fresh, "-p", "no:runaudit.fixtures.protocol")
+    assert verdicts(lean) == verdicts(default)
+    assert lean.result.ret == default.result.ret != 0
+    assert lean.result.parseoutcomes() == default.result.parseoutcomes()
+    assert set_up == phase_log.SET_UP and len(per_file(set_up)) > 800
+    # Only the per-file cases ran without the capture: their setup's log record was not kept in the report.
+    assert per_file(phase_log.LOGGED) == per_file(set_up) and not per_file(logged)
+    assert logged == set(set_up) - per_file(set_up) and logged
+    found = {(i["audit"], i["subject"]): i["verdict"] for i in lean.report["verdicts"]}
+    assert found[("manifest.sha256", "train.csv")] == "failed"
+    assert found[("manifest.size", f"test/main/vis/clean/input/{first.name}")] == "failed"
+    assert found[("manifest.size", f"test/main/vis/clean/input/{second.name}")] == "not_run"
