@@ -59,7 +59,9 @@ _POINTS = "·\u0387\u2024\u2219\u22c5\u066b\uff0e\u00a0\u2007\u2009\u202f"
 _NUMBER = re.compile(
     rf"(?<![\w.;\\/#^-])(?<!\d[,{_POINTS}])(?P<sign>[+\-−])?(?P<int>\d+)(?:\.(?P<frac>\d+))?(?![\w.]*\d)"
     rf"(?![,{_POINTS}]\d)(?![a-zA-Z])"
-    r"(?:\s*(?:±|\+/-|\+-)\s*(?P<err>\d+(?:\.\d+)?))?"
+    # The error may follow the number's own percent sign, and be set as a subscript or superscript
+    # (``97.05 % ± 0.3 %``, ``$97.05_{\pm0.3}$``): read apart, it was a claim of its own.
+    r"(?:(?P<pct_err>\s?%)?\s*[_^]?\s*(?:±|\+/-|\+-)\s*(?P<err>\d+(?:\.\d+)?))?"
     r"(?P<pct>\s?%)?"
 )
 _DELTA_BEFORE = re.compile(r"\b(?:by|of up to|improves?|improved|gains?|drops? by)\s+$", re.IGNORECASE)
@@ -287,7 +289,7 @@ def format_of(path: Path) -> str | None:
 def parse_number(found: re.Match[str]) -> Printed | None:
     """The :class:`Printed` of one match of the number pattern; None for a number that is no result."""
     integer, fraction, error = found.group("int"), found.group("frac"), found.group("err")
-    percent = found.group("pct") is not None
+    percent = found.group("pct") is not None or found.group("pct_err") is not None
     if fraction is None and not percent and error is None:
         return None  # an integer: a count, a year, an epoch
     sign = "-" if found.group("sign") in ("-", "−") else ""

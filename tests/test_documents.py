@@ -526,3 +526,25 @@ def test_a_positive_gap_between_columns_is_read() -> None:
         assert _read(_tabular(_cell("97.05"), f"\\begin{{tabular}}{spec}")) == [
             ("97.05", "accuracy", "clean", "probe")
         ]
+
+
+@pytest.mark.parametrize(
+    "stated",
+    [
+        r"$97.05_{\pm0.3}$\%",
+        r"$97.05^{\pm0.3}$\%",
+        r"$\mathbf{97.05}_{\pm0.3}$\%",
+        r"97.05\%$_{\pm 0.3}$",
+        r"97.05\% $\pm$ 0.3\%",
+        r"97.05~\% $\pm$ 0.3~\%",
+    ],
+)
+def test_an_error_after_the_percent_sign_or_set_as_an_index_is_the_numbers_own(stated: str) -> None:
+    """Each was read as two claims, the error a second accuracy of 0.3 % that no artifact holds."""
+    [found] = statements(f"The probe reaches an accuracy of {stated} on clean data.", "latex", WORDS, "p.tex")
+    assert (found.metric, found.condition, found.subject) == ("accuracy", "clean", "probe")
+    assert (found.printed.value, found.printed.error, found.printed.percent) == (
+        Decimal("97.05"),
+        Decimal("0.3"),
+        True,
+    )
