@@ -526,12 +526,21 @@ def table_statements(
     source: Sequence[str],
     stamp: Stamp | None,
 ) -> Iterator[Statement]:
-    """One statement per number in a cell whose column header names a metric; its row's label is the subject."""
+    """One statement per number in a cell whose column header names a metric.
+
+    The row's labels (its cells left of the first metric column) name its run and may name its condition:
+    a label cell left empty repeats the one above it (``\\multirow{2}{*}{Noise}`` and a blank grouping cell
+    read as a reader reads them, for every row of the group).
+    """
     columns = [(vocabulary.first("metrics", head), vocabulary.first("conditions", head)) for head in heads]
     percent = [bool(_PERCENT_HEAD.search(head)) for head in heads]
     deltas = [bool(_DELTA_HEAD.search(head)) for head in heads]
+    labelled = next((at for at, (metric, _) in enumerate(columns) if metric is not None and at > 0), 1)
+    above = [""] * labelled
     for row in rows:
         label = row.cells[0] if row.cells else ""
+        labels = [cell.strip() or above[at] for at, cell in enumerate(row.cells[:labelled])]
+        above = labels + above[len(labels) :]
         if not any(
             parse_number(found)
             for cell in row.cells[1:]
@@ -555,10 +564,23 @@ def table_statements(
                     "reads one header per table: split the table, or name the condition in each column's head "
                     "(docs/claims.md)"
                 )
-        subject = _exact_subject(vocabulary, label) if stamp is None else label.strip()
+        if stamp is None:
+            subject = _labelled(vocabulary, "subjects", labels)
+            row_condition = _labelled(vocabulary, "conditions", labels)
+        else:
+            subject, row_condition = label.strip(), None
         for column, ((metric, condition), cell) in enumerate(
             zip(columns[1:], row.cells[1:], strict=False), 1
         ):
+            if column < labelled:
+                continue  # a label, never a value
+            if row_condition is not None and metric is not None:
+                if condition is not None and condition != row_condition:
+                    raise DocumentError(
+                        f"{document}: the table's row at line {row.line} is labelled {row_condition!r} and its "
+                        f"column is headed {condition!r}: name one condition per number (docs/claims.md)"
+                    )
+                condition = row_condition
             if deltas[column] or SPAN in cell:
                 continue  # a difference column (a delta, not a stated value), or a cell spanning columns
             anchor = None
@@ -592,8 +614,20 @@ def table_statements(
 
 def _exact_subject(vocabulary: Vocabulary, label: str) -> str | None:
     """A row label that is a run id or an arm (after markup is dropped), else None."""
+    return _exact_name(vocabulary.subjects, label)
+
+
+def _exact_name(names: Sequence[str], label: str) -> str | None:
+    """The name ``label`` is, after markup is dropped (``\\textbf{probe}``, ``*probe*``), else None."""
     plain = re.sub(r"[*_`\\{}]|\\text\w+", "", label).strip()
-    return next((name for name in vocabulary.subjects if name.casefold() == plain.casefold()), None)
+    return next((name for name in names if name.casefold() == plain.casefold()), None)
+
+
+def _labelled(vocabulary: Vocabulary, kind: str, labels: Sequence[str]) -> str | None:
+    """The one run (or condition) the row's label cells are exactly; a cell merely mentioning one (``Oracle
+    (clean labels)``) names nothing, and two different ones name none."""
+    named = {name for label in labels if (name := _exact_name(getattr(vocabulary, kind), label))}
+    return named.pop() if len(named) == 1 else None
 
 
 def _stamp(comment: str) -> Stamp | None:
@@ -1107,6 +1141,27 @@ def _latex_table(environment, line_at, document) -> tuple[list[str], list[Row]]:
                 start = node.pos if start is None else start
                 index += groups[2][0] + 2
                 continue
+        elif isinstance(node, LatexMacroNode) and node.macroname == "multirow":
+            # \multirow[vpos]{rows}[struts]{width}[move]{text} prints its text: the rows below leave the
+            # cell empty (table_statements repeats a label above into an empty label cell).
+            groups = []
+            for at, following in enumerate(nodes[index + 1 : index + 13]):
+                if isinstance(following, LatexGroupNode):
+                    groups.append((at, following))
+                elif not (
+                    following is None
+                    or isinstance(following, LatexCommentNode)
+                    or re.fullmatch(r"\s*(?:\[[^\]]*\]\s*)*", following.latex_verbatim())
+                ):
+                    break
+                if len(groups) == 3:
+                    break
+            if len(groups) == 3:
+                cell.append(groups[2][1].latex_verbatim()[1:-1])
+                start = node.pos if start is None else start
+                index += groups[2][0] + 2
+                continue
+            cell.append(node.latex_verbatim())
         else:
             verbatim = node.latex_verbatim()
             if start is None and verbatim.strip():

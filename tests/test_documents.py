@@ -548,3 +548,40 @@ def test_an_error_after_the_percent_sign_or_set_as_an_index_is_the_numbers_own(s
         Decimal("0.3"),
         True,
     )
+
+
+def test_a_grouping_column_names_the_condition_and_run_of_each_row_below_it() -> None:
+    """Label cells left of the metric columns name each row's run and condition, an empty one repeating the
+    label above (``\\multirow`` groups). The numbers had no condition (then held to the headline one) and,
+    but for a run in the first column, no run; ``\\multirow`` printed as ``2*Noise``."""
+    grouped = _tabular(
+        "\\toprule\nCondition & Run & Accuracy \\\\\n\\midrule\n"
+        "\\multirow[t]{2}{*}[1pt]{\\textbf{Noise}} & probe & 80.00 \\\\\n & baseline & 70.00 \\\\\n\\midrule\n"
+        "\\multirow{2}{*}{Clean} & probe & 97.05 \\\\\n & baseline & 96.00 \\\\\n\\bottomrule\n",
+        begin="\\begin{tabular}{llc}",
+    )
+    assert _read(grouped) == [
+        ("80.00", "accuracy", "noise", "probe"),
+        ("70.00", "accuracy", "noise", "baseline"),
+        ("97.05", "accuracy", "clean", "probe"),
+        ("96.00", "accuracy", "clean", "baseline"),
+    ]
+    blank = _tabular(
+        "\\toprule\nRun & Condition & Accuracy \\\\\n\\midrule\nprobe & noise & 80.00 \\\\\n & clean & 97.05 \\\\\n"
+        "\\bottomrule\n",
+        begin="\\begin{tabular}{llc}",
+    )
+    assert _read(blank) == [("80.00", "accuracy", "noise", "probe"), ("97.05", "accuracy", "clean", "probe")]
+    # A label that merely mentions a condition names none; one that contradicts its column refuses.
+    incidental = _tabular(
+        "\\toprule\nRun & Setting & Accuracy (noise) \\\\\n\\midrule\nprobe & Oracle (clean labels) & 80.00 \\\\\n"
+        "\\bottomrule\n",
+        begin="\\begin{tabular}{llc}",
+    )
+    assert _read(incidental) == [("80.00", "accuracy", "noise", "probe")]
+    contradicting = _tabular(
+        "\\toprule\nRun & Condition & Accuracy (clean) \\\\\n\\midrule\nprobe & Noise & 80.00 \\\\\n\\bottomrule\n",
+        begin="\\begin{tabular}{llc}",
+    )
+    with pytest.raises(DocumentError, match="labelled 'noise' and its column is headed 'clean'"):
+        statements(contradicting, "latex", WORDS, "paper.tex")
