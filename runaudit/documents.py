@@ -149,6 +149,13 @@ _TEX_CHARACTER_CODES = re.compile(
     r"|\\(?:[gex]?def|let)(?![A-Za-z@])\s*(?!\\)\S"  # an active character defined (\def~{9})
 )
 # siunitx rounding typesets another number than the one written.
+# A colour that starts or ends against a digit or point of the number beside it: those digits may be drawn
+# in the page's own colour (\textcolor{white}{9}7.05 shows 7.05).
+_COLOUR = r"\\(?:textcolor|color)\s*(?:\[[^\]\n]*\])?\{[^{}\n]*\}"
+_COLOURED_DIGITS = re.compile(
+    rf"[\d.](?:{_COLOUR}\s*\{{|\{{\s*{_COLOUR}\s*)[\d.]"  # 9\textcolor{white}{7}, 9{\color{white}7}
+    rf"|(?:{_COLOUR}\s*\{{|\{{\s*{_COLOUR})[^{{}}\n]*[\d.]\s*\}}[\d.]"  # \textcolor{white}{9}7.05
+)
 _ROUNDING = re.compile(r"round-mode\s*=\s*(?:%[^\n]*\n\s*)*\{?\s*(?!none\b)\w")
 # A column type the paper defines stands between other columns wherever it is used.
 _COLUMN_TYPE = re.compile(
@@ -1362,6 +1369,11 @@ def hidden_number(text: str, form: str) -> str | None:
             text = html.unescape(text)
     if form == "latex" and (code := _TEX_CHARACTER_CODES.search(text)) is not None:
         return f"TeX character codes ({code.group()}) at line {_line(text, code.start())}"
+    if form == "latex" and (coloured := _COLOURED_DIGITS.search(text)) is not None:
+        return (
+            f"a colour command colours part of a number at line {_line(text, coloured.start())} (its digits may "
+            "be drawn in the page's colour): colour whole numbers"
+        )
     if form == "latex" and (rounding := _ROUNDING.search(text)) is not None:
         return f"siunitx rounds the numbers it typesets ({rounding.group()}) at line {_line(text, rounding.start())}"
     if form == "latex":

@@ -585,3 +585,29 @@ def test_a_grouping_column_names_the_condition_and_run_of_each_row_below_it() ->
     )
     with pytest.raises(DocumentError, match="labelled 'noise' and its column is headed 'clean'"):
         statements(contradicting, "latex", WORDS, "paper.tex")
+
+
+@pytest.mark.parametrize(
+    "shown",
+    [
+        r"\textcolor{white}{9}7.05",
+        r"\textcolor[rgb]{1,1,1}{9}7.05",
+        r"{\color{white}9}7.05",
+        r"9\textcolor{white}{7}.05",
+        r"9{\color{white}7}.05",
+        r"97\textcolor{white}{.}05",
+    ],
+)
+def test_a_colour_over_part_of_a_number_refuses_the_document(shown: str) -> None:
+    """Drawn in the page's colour, the coloured digits are not seen: 97.05 was checked where 7.05 shows."""
+    with pytest.raises(DocumentError, match="colours part of a number"):
+        statements(f"The probe reaches an accuracy of {shown}\\% on clean data.", "latex", WORDS, "p.tex")
+
+
+def test_whole_numbers_in_colour_are_read() -> None:
+    read = _read(
+        "The probe reaches an accuracy of \\textcolor{red}{97.05}\\% on clean data, "
+        "{\\color{blue}96.00}\\% for the baseline. Under noise the probe reaches "
+        "80.00\\textcolor{gray}{\\scriptsize$\\pm$0.1}\\%."
+    )
+    assert [text for text, *_ in read] == ["97.05%", "96.00%", "80.00±0.1%"]
