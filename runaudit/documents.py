@@ -59,9 +59,10 @@ _POINTS = "·\u0387\u2024\u2219\u22c5\u066b\uff0e\u00a0\u2007\u2009\u202f"
 _NUMBER = re.compile(
     rf"(?<![\w.;\\/#^-])(?<!\d[,{_POINTS}])(?P<sign>[+\-−])?(?P<int>\d+)(?:\.(?P<frac>\d+))?(?![\w.]*\d)"
     rf"(?![,{_POINTS}]\d)(?![a-zA-Z])"
-    # The error may follow the number's own percent sign, and be set as a subscript or superscript
-    # (``97.05 % ± 0.3 %``, ``$97.05_{\pm0.3}$``): read apart, it was a claim of its own.
-    r"(?:(?P<pct_err>\s?%)?\s*[_^]?\s*(?:±|\+/-|\+-)\s*(?P<err>\d+(?:\.\d+)?))?"
+    # The error may follow the number's own percent sign on its line, and be set as a subscript
+    # (``97.05 % ± 0.3 %``, ``$97.05_{\pm0.3}$``): read apart, it was a claim of its own. Each run of white
+    # space is matched one way only (two in a row made a number before 64 kB of spaces take 27 s).
+    r"(?:(?:(?P<pct_err>\s?%)[^\S\n]*|\s*)(?:_[^\S\n]*)?(?:±|\+/-|\+-)\s*(?P<err>\d+(?:\.\d+)?))?"
     r"(?P<pct>\s?%)?"
 )
 _DELTA_BEFORE = re.compile(r"\b(?:by|of up to|improves?|improved|gains?|drops? by)\s+$", re.IGNORECASE)
@@ -148,7 +149,6 @@ _TEX_CHARACTER_CODES = re.compile(
     r"|newunicodechar)(?![A-Za-z@])"
     r"|\\(?:[gex]?def|let)(?![A-Za-z@])\s*(?!\\)\S"  # an active character defined (\def~{9})
 )
-# siunitx rounding typesets another number than the one written.
 # A colour that starts or ends against a digit or point of the number beside it: those digits may be drawn
 # in the page's own colour (\textcolor{white}{9}7.05 shows 7.05).
 _COLOUR = r"\\(?:textcolor|color)\s*(?:\[[^\]\n]*\])?\{[^{}\n]*\}"
@@ -156,6 +156,7 @@ _COLOURED_DIGITS = re.compile(
     rf"[\d.](?:{_COLOUR}\s*\{{|\{{\s*{_COLOUR}\s*)[\d.]"  # 9\textcolor{white}{7}, 9{\color{white}7}
     rf"|(?:{_COLOUR}\s*\{{|\{{\s*{_COLOUR})[^{{}}\n]*[\d.]\s*\}}[\d.]"  # \textcolor{white}{9}7.05
 )
+# siunitx rounding typesets another number than the one written.
 _ROUNDING = re.compile(r"round-mode\s*=\s*(?:%[^\n]*\n\s*)*\{?\s*(?!none\b)\w")
 # A column type the paper defines stands between other columns wherever it is used.
 _COLUMN_TYPE = re.compile(
@@ -533,21 +534,12 @@ def table_statements(
     source: Sequence[str],
     stamp: Stamp | None,
 ) -> Iterator[Statement]:
-    """One statement per number in a cell whose column header names a metric.
-
-    The row's labels (its cells left of the first metric column) name its run and may name its condition:
-    a label cell left empty repeats the one above it (``\\multirow{2}{*}{Noise}`` and a blank grouping cell
-    read as a reader reads them, for every row of the group).
-    """
+    """One statement per number in a cell whose column header names a metric; its row's label is the subject."""
     columns = [(vocabulary.first("metrics", head), vocabulary.first("conditions", head)) for head in heads]
     percent = [bool(_PERCENT_HEAD.search(head)) for head in heads]
     deltas = [bool(_DELTA_HEAD.search(head)) for head in heads]
-    labelled = next((at for at, (metric, _) in enumerate(columns) if metric is not None and at > 0), 1)
-    above = [""] * labelled
     for row in rows:
         label = row.cells[0] if row.cells else ""
-        labels = [cell.strip() or above[at] for at, cell in enumerate(row.cells[:labelled])]
-        above = labels + above[len(labels) :]
         if not any(
             parse_number(found)
             for cell in row.cells[1:]
@@ -571,23 +563,10 @@ def table_statements(
                     "reads one header per table: split the table, or name the condition in each column's head "
                     "(docs/claims.md)"
                 )
-        if stamp is None:
-            subject = _labelled(vocabulary, "subjects", labels)
-            row_condition = _labelled(vocabulary, "conditions", labels)
-        else:
-            subject, row_condition = label.strip(), None
+        subject = _exact_subject(vocabulary, label) if stamp is None else label.strip()
         for column, ((metric, condition), cell) in enumerate(
             zip(columns[1:], row.cells[1:], strict=False), 1
         ):
-            if column < labelled:
-                continue  # a label, never a value
-            if row_condition is not None and metric is not None:
-                if condition is not None and condition != row_condition:
-                    raise DocumentError(
-                        f"{document}: the table's row at line {row.line} is labelled {row_condition!r} and its "
-                        f"column is headed {condition!r}: name one condition per number (docs/claims.md)"
-                    )
-                condition = row_condition
             if deltas[column] or SPAN in cell:
                 continue  # a difference column (a delta, not a stated value), or a cell spanning columns
             anchor = None
@@ -621,20 +600,8 @@ def table_statements(
 
 def _exact_subject(vocabulary: Vocabulary, label: str) -> str | None:
     """A row label that is a run id or an arm (after markup is dropped), else None."""
-    return _exact_name(vocabulary.subjects, label)
-
-
-def _exact_name(names: Sequence[str], label: str) -> str | None:
-    """The name ``label`` is, after markup is dropped (``\\textbf{probe}``, ``*probe*``), else None."""
     plain = re.sub(r"[*_`\\{}]|\\text\w+", "", label).strip()
-    return next((name for name in names if name.casefold() == plain.casefold()), None)
-
-
-def _labelled(vocabulary: Vocabulary, kind: str, labels: Sequence[str]) -> str | None:
-    """The one run (or condition) the row's label cells are exactly; a cell merely mentioning one (``Oracle
-    (clean labels)``) names nothing, and two different ones name none."""
-    named = {name for label in labels if (name := _exact_name(getattr(vocabulary, kind), label))}
-    return named.pop() if len(named) == 1 else None
+    return next((name for name in vocabulary.subjects if name.casefold() == plain.casefold()), None)
 
 
 def _stamp(comment: str) -> Stamp | None:
@@ -1149,8 +1116,8 @@ def _latex_table(environment, line_at, document) -> tuple[list[str], list[Row]]:
                 index += groups[2][0] + 2
                 continue
         elif isinstance(node, LatexMacroNode) and node.macroname == "multirow":
-            # \multirow[vpos]{rows}[struts]{width}[move]{text} prints its text: the rows below leave the
-            # cell empty (table_statements repeats a label above into an empty label cell).
+            # \multirow[vpos]{rows}[struts]{width}[move]{text} prints its text (it read as "2*Noise"); the
+            # rows it spans are not given it: which rows a reader groups under it is not read (docs/claims.md).
             groups = []
             for at, following in enumerate(nodes[index + 1 : index + 13]):
                 if isinstance(following, LatexGroupNode):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from decimal import Decimal
 from pathlib import Path
 
@@ -532,7 +533,6 @@ def test_a_positive_gap_between_columns_is_read() -> None:
     "stated",
     [
         r"$97.05_{\pm0.3}$\%",
-        r"$97.05^{\pm0.3}$\%",
         r"$\mathbf{97.05}_{\pm0.3}$\%",
         r"97.05\%$_{\pm 0.3}$",
         r"97.05\% $\pm$ 0.3\%",
@@ -550,41 +550,34 @@ def test_an_error_after_the_percent_sign_or_set_as_an_index_is_the_numbers_own(s
     )
 
 
-def test_a_grouping_column_names_the_condition_and_run_of_each_row_below_it() -> None:
-    """Label cells left of the metric columns name each row's run and condition, an empty one repeating the
-    label above (``\\multirow`` groups). The numbers had no condition (then held to the headline one) and,
-    but for a run in the first column, no run; ``\\multirow`` printed as ``2*Noise``."""
-    grouped = _tabular(
-        "\\toprule\nCondition & Run & Accuracy \\\\\n\\midrule\n"
-        "\\multirow[t]{2}{*}[1pt]{\\textbf{Noise}} & probe & 80.00 \\\\\n & baseline & 70.00 \\\\\n\\midrule\n"
-        "\\multirow{2}{*}{Clean} & probe & 97.05 \\\\\n & baseline & 96.00 \\\\\n\\bottomrule\n",
-        begin="\\begin{tabular}{llc}",
+def test_an_error_is_joined_on_its_line_only_and_in_linear_time() -> None:
+    """Two runs of white space in a row made the pattern quadratic: a number before a 64 kB code span (blank to
+    the pattern) took 27 s. A ± after a percent sign in the next paragraph is a number of its own."""
+    started = time.perf_counter()
+    statements(
+        "The probe reaches an accuracy of 97.05 `" + "x" * (64 << 10) + "` on clean data.",
+        "markdown",
+        WORDS,
+        "p.md",
     )
-    assert _read(grouped) == [
-        ("80.00", "accuracy", "noise", "probe"),
-        ("70.00", "accuracy", "noise", "baseline"),
-        ("97.05", "accuracy", "clean", "probe"),
-        ("96.00", "accuracy", "clean", "baseline"),
-    ]
-    blank = _tabular(
-        "\\toprule\nRun & Condition & Accuracy \\\\\n\\midrule\nprobe & noise & 80.00 \\\\\n & clean & 97.05 \\\\\n"
-        "\\bottomrule\n",
-        begin="\\begin{tabular}{llc}",
+    assert time.perf_counter() - started < 2
+    apart = statements(
+        "Accuracy of the probe on clean data: 97.05 %\n\n± 0.3 % is the baseline's spread.",
+        "markdown",
+        WORDS,
+        "p.md",
     )
-    assert _read(blank) == [("80.00", "accuracy", "noise", "probe"), ("97.05", "accuracy", "clean", "probe")]
-    # A label that merely mentions a condition names none; one that contradicts its column refuses.
-    incidental = _tabular(
-        "\\toprule\nRun & Setting & Accuracy (noise) \\\\\n\\midrule\nprobe & Oracle (clean labels) & 80.00 \\\\\n"
-        "\\bottomrule\n",
-        begin="\\begin{tabular}{llc}",
+    assert [(found.printed.text, found.printed.error) for found in apart][:1] == [("97.05 %", None)]
+
+
+def test_a_multirow_cell_prints_its_text() -> None:
+    """``\\multirow{2}{*}{probe}`` read as ``2*probe``, which names no run; the row it spans below is not given
+    its text (which rows a reader groups under it is not read)."""
+    table = _tabular(
+        "\\toprule\nRun & Accuracy (clean) \\\\\n\\midrule\n\\multirow[t]{2}{*}[1pt]{\\textbf{probe}} & 97.05 \\\\\n"
+        " & 96.90 \\\\\n\\bottomrule\n"
     )
-    assert _read(incidental) == [("80.00", "accuracy", "noise", "probe")]
-    contradicting = _tabular(
-        "\\toprule\nRun & Condition & Accuracy (clean) \\\\\n\\midrule\nprobe & Noise & 80.00 \\\\\n\\bottomrule\n",
-        begin="\\begin{tabular}{llc}",
-    )
-    with pytest.raises(DocumentError, match="labelled 'noise' and its column is headed 'clean'"):
-        statements(contradicting, "latex", WORDS, "paper.tex")
+    assert _read(table) == [("97.05", "accuracy", "clean", "probe"), ("96.90", "accuracy", "clean", None)]
 
 
 @pytest.mark.parametrize(
