@@ -153,8 +153,9 @@ _TEX_CHARACTER_CODES = re.compile(
 # in the page's own colour (\textcolor{white}{9}7.05 shows 7.05).
 _COLOUR = r"\\(?:textcolor|color)\s*(?:\[[^\]\n]*\])?\{[^{}\n]*\}"
 _COLOURED_DIGITS = re.compile(
-    rf"[\d.](?:{_COLOUR}\s*\{{|\{{\s*{_COLOUR}\s*)[\d.]"  # 9\textcolor{white}{7}, 9{\color{white}7}
-    rf"|(?:{_COLOUR}\s*\{{|\{{\s*{_COLOUR})[^{{}}\n]*[\d.]\s*\}}[\d.]"  # \textcolor{white}{9}7.05
+    rf"\d\.?(?:{_COLOUR}\s*\{{|\{{\s*{_COLOUR}\s*)\.?\d"  # 9\textcolor{white}{7}, 9{\color{white}7}
+    rf"|(?:{_COLOUR}\s*\{{|\{{\s*{_COLOUR})[^{{}}\n]*\d\.?\s*\}}\.?\d"  # \textcolor{white}{9}7.05
+    rf"|\d(?:{_COLOUR}\s*\{{\s*\.\s*\}}|\{{\s*{_COLOUR}\s*\.\s*\}})\d"  # 97\textcolor{white}{.}05
 )
 # siunitx rounding typesets another number than the one written.
 _ROUNDING = re.compile(r"round-mode\s*=\s*(?:%[^\n]*\n\s*)*\{?\s*(?!none\b)\w")
