@@ -415,3 +415,48 @@ def test_per_file_cases_skip_the_per_phase_capture_and_reach_the_same_verdicts(
     assert found[("manifest.sha256", "train.csv")] == "failed"
     assert found[("manifest.size", f"test/main/vis/clean/input/{first.name}")] == "failed"
     assert found[("manifest.size", f"test/main/vis/clean/input/{second.name}")] == "not_run"
+
+
+@pytest.mark.parametrize(
+    "needs_default",
+    [
+        pytest.param(("-p", "own_protocol"), id="a-plugin-running-the-protocol"),
+        pytest.param(("--capture=tee-sys",), id="output-kept-for-every-case"),
+        pytest.param(("-o", "junit_logging=all"), id="junit-logging"),
+    ],
+)
+def test_per_file_cases_keep_the_default_protocol_where_the_session_needs_it(
+    run_audits, pytester: pytest.Pytester, capsule_dir: Path, project: Path, needs_default: tuple[str, ...]
+) -> None:
+    """A plugin that runs the protocol itself (pytest-rerunfailures, pytest-forked) was never called for the
+    per-file cases, and what the user asked to keep of every case was dropped for them."""
+    pytester.makepyfile(
+        own_protocol="""
+        SEEN = set()
+
+        def pytest_runtest_protocol(item, nextitem):
+            SEEN.add(item.nodeid)
+        """,
+        captured_log="""
+        import logging
+
+        LOGGED = set()
+
+        def pytest_runtest_setup(item):
+            logging.getLogger("captured_log").warning("setting up")
+
+        def pytest_runtest_logreport(report):
+            if report.when == "setup" and "setting up" in report.caplog:
+                LOGGED.add(report.nodeid)
+        """,
+    )
+    pytester.syspathinsert()
+    import captured_log  # imported here, so that the in-process session keeps these modules and their sets
+    import own_protocol
+
+    outcome = run_audits(capsule_dir, project, "-m", "custody", "-p", "captured_log", *needs_default)
+    assert outcome.report is not None and outcome.result.ret == 0, outcome.result.stdout.str()[-3000:]
+    hashed = {nodeid for nodeid in captured_log.LOGGED if "::test_sha256[" in nodeid}
+    assert len(hashed) > 400
+    if "own_protocol" in needs_default:
+        assert hashed <= own_protocol.SEEN
