@@ -1027,7 +1027,7 @@ def _latex_text(latex: str) -> str:
 
 def _latex_table(environment, line_at, document) -> tuple[list[str], list[Row]]:  # type: ignore[no-untyped-def]
     """The header and rows of a tabular, split on the parser's ``&`` and row-ending nodes."""
-    from pylatexenc.latexwalker import LatexCommentNode, LatexGroupNode, LatexMacroNode, LatexSpecialsNode
+    from pylatexenc.latexwalker import LatexCommentNode, LatexMacroNode, LatexSpecialsNode
 
     rows: list[Row] = []
     cells: list[str] = []
@@ -1092,19 +1092,7 @@ def _latex_table(environment, line_at, document) -> tuple[list[str], list[Row]]:
             if (target := _anchor(node.comment)) is not None:
                 cell.append(f" runaudit: {target} ")
         elif isinstance(node, LatexMacroNode) and node.macroname == "multicolumn":
-            # Its three arguments, past any space or comment between them (TeX skips both).
-            groups: list[tuple[int, Any]] = []
-            for at, following in enumerate(nodes[index + 1 : index + 13]):
-                if isinstance(following, LatexGroupNode):
-                    groups.append((at, following))
-                elif not (
-                    following is None
-                    or isinstance(following, LatexCommentNode)
-                    or following.latex_verbatim().isspace()
-                ):
-                    break
-                if len(groups) == 3:
-                    break
+            groups = _three_arguments(nodes, index, _SPACE)
             if len(groups) == 3:
                 if problem := _spec_problem(groups[1][1].latex_verbatim()[1:-1], edges_trim=False):
                     raise DocumentError(
@@ -1119,18 +1107,7 @@ def _latex_table(environment, line_at, document) -> tuple[list[str], list[Row]]:
         elif isinstance(node, LatexMacroNode) and node.macroname == "multirow":
             # \multirow[vpos]{rows}[struts]{width}[move]{text} prints its text (it read as "2*Noise"); the
             # rows it spans are not given it: which rows a reader groups under it is not read (docs/claims.md).
-            groups = []
-            for at, following in enumerate(nodes[index + 1 : index + 13]):
-                if isinstance(following, LatexGroupNode):
-                    groups.append((at, following))
-                elif not (
-                    following is None
-                    or isinstance(following, LatexCommentNode)
-                    or re.fullmatch(r"\s*(?:\[[^\]]*\]\s*)*", following.latex_verbatim())
-                ):
-                    break
-                if len(groups) == 3:
-                    break
+            groups = _three_arguments(nodes, index, _SPACE_OR_OPTIONS)
             if len(groups) == 3:
                 cell.append(groups[2][1].latex_verbatim()[1:-1])
                 start = node.pos if start is None else start
@@ -1150,6 +1127,30 @@ def _latex_table(environment, line_at, document) -> tuple[list[str], list[Row]]:
 
 
 SPAN = "\ue002"
+_SPACE = re.compile(r"\s+")
+_SPACE_OR_OPTIONS = re.compile(r"\s*(?:\[[^\]]*\]\s*)*")  # \multirow's optional arguments are not parsed
+
+
+def _three_arguments(nodes: Sequence[Any], index: int, between: re.Pattern[str]) -> list[tuple[int, Any]]:
+    """The first three brace groups after ``nodes[index]`` (within 12 nodes), each with its offset, past
+    comments and what ``between`` matches (TeX skips space); fewer when something else comes first."""
+    from pylatexenc.latexwalker import LatexCommentNode, LatexGroupNode
+
+    groups: list[tuple[int, Any]] = []
+    for at, following in enumerate(nodes[index + 1 : index + 13]):
+        if isinstance(following, LatexGroupNode):
+            groups.append((at, following))
+            if len(groups) == 3:
+                break
+        elif not (
+            following is None
+            or isinstance(following, LatexCommentNode)
+            or between.fullmatch(following.latex_verbatim())
+        ):
+            break
+    return groups
+
+
 LONGTABLE_BLOCKS = frozenset({"endfirsthead", "endhead", "endfoot", "endlastfoot"})
 # What ends a row of a tabular: ``\\\\`` and its spellings.
 LATEX_ROW_ENDS = frozenset({"\\", "tabularnewline", "cr", "crcr"})
