@@ -59,10 +59,13 @@ _POINTS = "·\u0387\u2024\u2219\u22c5\u066b\uff0e\u00a0\u2007\u2009\u202f"
 _NUMBER = re.compile(
     rf"(?<![\w.;\\/#^-])(?<!\d[,{_POINTS}])(?P<sign>[+\-−])?(?P<int>\d+)(?:\.(?P<frac>\d+))?(?![\w.]*\d)"
     rf"(?![,{_POINTS}]\d)(?![a-zA-Z])"
-    # The error may follow the number's own percent sign on its line, and be set as a subscript
-    # (``97.05 % ± 0.3 %``, ``$97.05_{\pm0.3}$``): read apart, it was a claim of its own. Each run of white
-    # space is matched one way only (two in a row made a number before 64 kB of spaces take 27 s).
-    r"(?:(?:(?P<pct_err>\s?%)[^\S\n]*|\s*)(?:_[^\S\n]*)?(?:±|\+/-|\+-)\s*(?P<err>\d+(?:\.\d+)?))?"
+    # The error may follow the number's own percent sign on its line, be set as a subscript (``97.05 % ± 0.3
+    # %``, ``$97.05_{\pm0.3}$``, Markdown's ``97.05<sub>±0.3</sub>``) or stand in parentheses (``97.05 %
+    # (±0.3 %)``): read apart, it was a claim of its own. Each run of white space is matched one way only
+    # (two in a row made a number before 64 kB of spaces take 27 s).
+    r"(?:(?P<pct_par>\s?%)?[^\S\n]*\(\s*(?:±|\+/-|\+-)\s*(?P<par_err>\d+(?:\.\d+)?)(?:\s?%)?\s*\)"
+    r"|(?:(?P<pct_err>\s?%)[^\S\n]*|\s*)(?:(?:_|<sub>)[^\S\n]*)?(?:±|\+/-|\+-)\s*(?P<err>\d+(?:\.\d+)?)"
+    r"(?:</sub>)?)?"
     r"(?P<pct>\s?%)?"
 )
 _DELTA_BEFORE = re.compile(r"\b(?:by|of up to|improves?|improved|gains?|drops? by)\s+$", re.IGNORECASE)
@@ -297,8 +300,9 @@ def format_of(path: Path) -> str | None:
 
 def parse_number(found: re.Match[str]) -> Printed | None:
     """The :class:`Printed` of one match of the number pattern; None for a number that is no result."""
-    integer, fraction, error = found.group("int"), found.group("frac"), found.group("err")
-    percent = found.group("pct") is not None or found.group("pct_err") is not None
+    integer, fraction = found.group("int"), found.group("frac")
+    error = found.group("err") or found.group("par_err")
+    percent = any(found.group(name) is not None for name in ("pct", "pct_err", "pct_par"))
     if fraction is None and not percent and error is None:
         return None  # an integer: a count, a year, an epoch
     sign = "-" if found.group("sign") in ("-", "−") else ""

@@ -530,18 +530,27 @@ def test_a_positive_gap_between_columns_is_read() -> None:
 
 
 @pytest.mark.parametrize(
-    "stated",
+    ("form", "stated"),
     [
-        r"$97.05_{\pm0.3}$\%",
-        r"$\mathbf{97.05}_{\pm0.3}$\%",
-        r"97.05\%$_{\pm 0.3}$",
-        r"97.05\% $\pm$ 0.3\%",
-        r"97.05~\% $\pm$ 0.3~\%",
+        ("latex", r"$97.05_{\pm0.3}$\%"),
+        ("latex", r"$\mathbf{97.05}_{\pm0.3}$\%"),
+        ("latex", r"97.05\%$_{\pm 0.3}$"),
+        ("latex", r"97.05\% $\pm$ 0.3\%"),
+        ("latex", r"97.05~\% $\pm$ 0.3~\%"),
+        ("latex", r"97.05\% ($\pm$0.3\%)"),
+        ("latex", r"$97.05$\% {\small($\pm 0.3$)}"),
+        ("markdown", "97.05 % (±0.3 %)"),
+        ("markdown", "97.05% (+/- 0.3)"),
+        ("markdown", "97.05 %<sub>±0.3</sub>"),
+        ("markdown", "97.05<sub>± 0.3</sub> %"),
     ],
 )
-def test_an_error_after_the_percent_sign_or_set_as_an_index_is_the_numbers_own(stated: str) -> None:
+def test_an_error_after_the_percent_sign_set_as_an_index_or_in_parentheses_is_the_numbers_own(
+    form: str, stated: str
+) -> None:
     """Each was read as two claims, the error a second accuracy of 0.3 % that no artifact holds."""
-    [found] = statements(f"The probe reaches an accuracy of {stated} on clean data.", "latex", WORDS, "p.tex")
+    document = "p.tex" if form == "latex" else "p.md"
+    [found] = statements(f"The probe reaches an accuracy of {stated} on clean data.", form, WORDS, document)
     assert (found.metric, found.condition, found.subject) == ("accuracy", "clean", "probe")
     assert (found.printed.value, found.printed.error, found.printed.percent) == (
         Decimal("97.05"),
