@@ -15,7 +15,8 @@ Verdicts: ``passed`` when the number equals its artifact at the precision it is 
 decimals than the artifact supports (the standard error over seeds, else the metric's declared precision),
 and every capsule behind it holds a current receipt (runaudit verify); ``failed`` when it differs, claims
 more digits, comes from a table generated from other bytes, or rests on a capsule that has not held
-custody; ``not_run`` when no artifact can be found for it (it is listed, never skipped).
+custody; ``not_run`` when no artifact can be found for it, or it states a ± error and its artifact is one
+run, with no standard error to hold it to (it is listed, never skipped).
 """
 
 from __future__ import annotations
@@ -402,6 +403,14 @@ class Scope:
                     f"{where}: {printed.text} ({artifact.name}) rests on run {run_id}, which has not held custody: {problem}",
                     evidence,
                 )
+        if printed.error is not None and artifact.error is None:
+            # A spread that no artifact holds is unchecked, never passed with the value it rides on.
+            return Judgement(
+                "not_run",
+                f"{where}: {printed.text} agrees with {artifact.name} {artifact.shown()}, but nothing holds its "
+                f"± {printed.error}: {artifact.name} is one run, with no standard error over seeds",
+                evidence,
+            )
         return Judgement(
             "passed",
             f"{where}: {printed.text} = {artifact.name} {artifact.shown()} (mapped by {mapped_by}; custody held)",

@@ -285,9 +285,13 @@ def test_a_number_with_no_artifact_is_listed_not_run(
             "Prior work reports a clean accuracy of 95.21 % [3].\n\n## Seeds",
         )
         row = next(line for line in text.splitlines() if line.startswith(f"| {ARM} |"))
-        return text.replace(row, row + "\n| literature | 0.9912 | 0.0400 | 0.9000 | 0.3000 |")
+        text = text.replace(row, row + "\n| literature | 0.9912 | 0.0400 | 0.9000 | 0.3000 |")
+        # a spread that one run cannot hold
+        return text.replace(f"ends at {seed2}.", f"ends at {seed2} (± 0.0100).")
 
+    seed2 = f"{delivered['seed2']['cross_entropy', 'clean']:.4f}"
     readme = _edited(delivered, "README.md", add, tmp_path)
+    assert f"ends at {seed2} (± 0.0100)." in readme.read_text()
     outcome = _claims(run_audits, delivered, readme)
     verdicts = _by_line(outcome)
     anchored = verdicts[f"README.md:{_line_of(readme, 'Seed 9')}:1"]
@@ -300,6 +304,9 @@ def test_a_number_with_no_artifact_is_listed_not_run(
         if subject.startswith(f"README.md:{_line_of(readme, '| literature |')}:")
     ]
     assert len(literature) == 4 and {item["verdict"] for item in literature} == {"not_run"}
+    spread = verdicts[f"README.md:{_line_of(readme, 'Seed 2 alone')}:1"]
+    assert spread["verdict"] == "not_run", spread  # passed with its value before: the ± was never checked
+    assert "agrees" in spread["message"] and "one run" in spread["message"]
     assert {item["verdict"] for item in verdicts.values()} == {"passed", "not_run"}
     assert outcome.result.ret == 0  # listed as disclosures; --runaudit-strict would fail them
 
