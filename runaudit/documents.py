@@ -82,6 +82,9 @@ _TAG = re.compile(r"</?[A-Za-z][^>]*>")
 _PERCENT_HEAD = re.compile(r"%|\bpercent\b", re.IGNORECASE)
 _DELTA_HEAD = re.compile(r"Δ|\\Delta|\bdelta\b|\bgain\b|\bdiff(?:erence)?\b|\bimprovement\b", re.IGNORECASE)
 _CODE_SPAN = re.compile(r"(`+)(?:(?!\1).)+?\1", re.DOTALL)
+# Markdown's character references, which the page draws as their characters (``&plusmn;`` is ±).
+_CHARACTER_REFERENCE = re.compile(r"&(?:#[0-9]{1,7}|#[xX][0-9a-fA-F]{1,6}|[A-Za-z][A-Za-z0-9]{1,31});")
+_DRAWN_AS_WRITTEN = frozenset("`<>\n\r")  # markup to the reader, or a line break that would shift the lines
 # Anchors travel through prose as these private-use markers, so they stay where the author put them.
 _MARK = re.compile("\ue000([\ue100-\uf8ff])")
 _MARK_BASE = 0xE100
@@ -642,7 +645,7 @@ def markdown_statements(text: str, vocabulary: Vocabulary, document: str) -> Ite
         if token.type == "html_block" and _TAG.sub("", _MD_COMMENT.sub("", token.content)).strip():
             # "<!-- runaudit: ... --> Seed 2 ends at 1.45." opens an HTML block: its text is prose all the same
             content = _MD_COMMENT.sub(lambda found: _marked(prose, found.group(1)), token.content)
-            prose.add("\n\n" + pending + _TAG.sub(" ", content), _first_line(token) - 2)
+            prose.add("\n\n" + pending + _references_decoded(_TAG.sub(" ", content)), _first_line(token) - 2)
             pending = ""
         elif token.type == "html_block":
             for comment in _MD_COMMENT.findall(token.content):
@@ -660,12 +663,28 @@ def markdown_statements(text: str, vocabulary: Vocabulary, document: str) -> Ite
         elif token.type == "inline" and token.map is not None:
             content = _MD_COMMENT.sub(lambda found: _marked(prose, found.group(1)), token.content)
             content = _CODE_SPAN.sub(lambda found: re.sub(r"[^\n]", " ", found.group(0)), content)
-            prose.add("\n\n" + pending + content, _first_line(token) - 2)
+            prose.add("\n\n" + pending + _references_decoded(content), _first_line(token) - 2)
             pending = ""
         elif token.type in ("fence", "code_block"):
             prose.add("\n\n", _first_line(token))
         index += 1
     yield from prose_statements(prose, vocabulary, document, source)
+
+
+def _references_decoded(text: str) -> str:
+    """``text`` with its character references outside code spans as the page draws them, so that
+    ``97.05 &plusmn; 0.3 %`` is read as one number with its error, as shown (it was 97.05 and a claim of 0.3 %
+    of its own); one that would draw markup or a line break is left as written."""
+
+    def decoded(found: re.Match[str]) -> str:
+        drawn = html.unescape(found.group())
+        return found.group() if _DRAWN_AS_WRITTEN.intersection(drawn) else drawn
+
+    parts, last = [], 0
+    for span in _CODE_SPAN.finditer(text):
+        parts += [_CHARACTER_REFERENCE.sub(decoded, text[last : span.start()]), span.group()]
+        last = span.end()
+    return "".join(parts) + _CHARACTER_REFERENCE.sub(decoded, text[last:])
 
 
 def _marked(prose: Prose, comment: str) -> str:
@@ -694,7 +713,7 @@ def _markdown_table(tokens: Sequence[object]) -> tuple[list[str], list[Row]]:
         elif kind == "tr_open":
             current, line = [], _first_line(token)
         elif kind == "inline":
-            current.append(getattr(token, "content", ""))
+            current.append(_references_decoded(getattr(token, "content", "")))
         elif kind == "tr_close":
             if in_head:
                 heads = current

@@ -545,6 +545,8 @@ def test_a_positive_gap_between_columns_is_read() -> None:
         ("markdown", "97.05 %<sub>±0.3</sub>"),
         ("markdown", "97.05<sub>± 0.3</sub> %"),
         ("markdown", "97.05 (±0.3 %)"),
+        ("markdown", "97.05 % &plusmn; 0.3 %"),
+        ("markdown", "97.05&nbsp;% (&#177;0.3&nbsp;%)"),
     ],
 )
 def test_an_error_after_the_percent_sign_set_as_an_index_or_in_parentheses_is_the_numbers_own(
