@@ -160,11 +160,28 @@ _TEX_CHARACTER_CODES = re.compile(
 # A colour that starts or ends against a digit or point of the number beside it: those digits may be drawn
 # in the page's own colour (\textcolor{white}{9}7.05 shows 7.05).
 _COLOUR = r"\\(?:textcolor|color)\s*(?:\[[^\]\n]*\])?\{[^{}\n]*\}"
-_COLOURED_DIGITS = re.compile(
-    rf"\d\.?(?:{_COLOUR}\s*\{{|\{{\s*{_COLOUR}\s*)\.?\d"  # 9\textcolor{white}{7}, 9{\color{white}7}
-    rf"|(?:{_COLOUR}\s*\{{|\{{\s*{_COLOUR})[^{{}}\n]*\d\.?\s*\}}\.?\d"  # \textcolor{white}{9}7.05
-    rf"|\d(?:{_COLOUR}\s*\{{\s*\.\s*\}}|\{{\s*{_COLOUR}\s*\.\s*\}})\d"  # 97\textcolor{white}{.}05
+
+
+def _part_of_a_number(opening: str, closing: str = r"\}") -> re.Pattern[str]:
+    """Where a group that ``opening`` opens (up to its brace) starts or ends against a digit or point of the
+    number beside it, or holds only the number's point: what it does to those digits is not in the text."""
+    return re.compile(
+        rf"\d\.?(?:{opening})\.?\d"  # 9\textcolor{white}{7}, 9{\color{white}7}
+        rf"|(?:{opening})[^{{}}\n]*\d\.?\s*{closing}\.?\d"  # \textcolor{white}{9}7.05
+        rf"|\d(?:{opening})\s*\.\s*{closing}\d"  # 97\textcolor{white}{.}05
+    )
+
+
+_COLOURED_DIGITS = _part_of_a_number(rf"{_COLOUR}\s*\{{|\{{\s*{_COLOUR}\s*")
+# Boxes that may draw what they hold at no size or over its neighbour, and beamer's overlays, which draw it on
+# some slides only: \scalebox{0}{9}7.05 and \only<2>{9}7.05 show 7.05 where the text reads 97.05.
+_SHRUNK_OR_ON_SOME_SLIDES = _part_of_a_number(
+    r"\\(?:scalebox\s*\{[^{}\n]*\}(?:\s*\[[^\]\n]*\])?|resizebox\*?\s*\{[^{}\n]*\}\s*\{[^{}\n]*\}"
+    r"|makebox\s*(?:\[[^\]\n]*\]\s*){1,2}|(?:only|uncover|visible|invisible|onslide|alt|temporal)\s*<[^>\n]*>)\s*\{",
+    r"\}(?:\s*\{[^{}\n]*\})?",  # \alt<2>{9}{} draws its second argument on the other slides
 )
+# A negative kern between digits draws one over the other.
+_OVERLAPPED_DIGITS = re.compile(r"\d\.?\s*\\(?:kern|hskip|mkern|mskip)\s*-\s*[\d.]+\s*[a-z]{2}\s*\.?\d")
 # siunitx rounding typesets another number than the one written.
 _ROUNDING = re.compile(r"round-mode\s*=\s*(?:%[^\n]*\n\s*)*\{?\s*(?!none\b)\w")
 # A column type the paper defines stands between other columns wherever it is used.
@@ -1369,6 +1386,13 @@ def hidden_number(text: str, form: str) -> str | None:
             f"a colour command colours part of a number at line {_line(text, coloured.start())} (its digits may "
             "be drawn in the page's colour): colour whole numbers"
         )
+    if form == "latex" and (hidden := _SHRUNK_OR_ON_SOME_SLIDES.search(text)) is not None:
+        return (
+            f"a box or beamer overlay holds part of a number at line {_line(text, hidden.start())} (it may draw "
+            "those digits at no size, over their neighbour or on other slides only): box whole numbers"
+        )
+    if form == "latex" and (kerned := _OVERLAPPED_DIGITS.search(text)) is not None:
+        return f"a negative kern draws digits over each other at line {_line(text, kerned.start())}"
     if form == "latex" and (rounding := _ROUNDING.search(text)) is not None:
         return f"siunitx rounds the numbers it typesets ({rounding.group()}) at line {_line(text, rounding.start())}"
     if form == "latex":

@@ -222,6 +222,13 @@ HIDDEN = {
     "override as a reference": ("markdown", _prose("&#x202E;50.89&#x202C; %"), "override"),
     "override in latex": ("latex", "accuracy of \u202e 50.89 \u202c\\% on clean.\n", "override"),
     "bengali digits beside ascii ones": ("markdown", _prose("\u09ed\u09ea.05 %"), "two scripts"),
+    "a beamer overlay": ("latex", _prose(r"\only<2>{9}7.05\%"), "overlay"),
+    "a beamer overlay with its other slides": ("latex", _prose(r"\alt<2>{9}{}7.05\%"), "overlay"),
+    "an overlay over the point": ("latex", _prose(r"97\uncover<2->{.}05\%"), "overlay"),
+    "a box scaled to nothing": ("latex", _prose(r"\scalebox{0}{9}7.05\%"), "box"),
+    "a box resized to nothing": ("latex", _prose(r"9\resizebox{0pt}{!}{7}.05\%"), "box"),
+    "a box of no width": ("latex", _prose(r"\makebox[0pt]{9}7.05\%"), "box"),
+    "a negative kern": ("latex", _prose(r"9\kern-1em 7.05\%"), "kern"),
 }
 
 
@@ -254,7 +261,9 @@ def test_a_latex_command_that_prints_nothing_inside_a_number_refuses_the_documen
     before the command counts for nothing (``\\unskip`` takes it back), in prose and in table cells."""
     for number in (f"9{command}7.05", f"97.{command}05"):
         for document in (_latex(number), _latex_table(number)):
-            with pytest.raises(DocumentError, match="stands (inside|against) a number"):
+            with pytest.raises(
+                DocumentError, match="stands (inside|against) a number|holds part of a number"
+            ):
                 statements(document, "latex", WORDS, "paper.tex")
 
 
@@ -618,6 +627,14 @@ def test_a_colour_over_part_of_a_number_refuses_the_document(shown: str) -> None
     """Drawn in the page's colour, the coloured digits are not seen: 97.05 was checked where 7.05 shows."""
     with pytest.raises(DocumentError, match="colours part of a number"):
         statements(f"The probe reaches an accuracy of {shown}\\% on clean data.", "latex", WORDS, "p.tex")
+
+
+def test_whole_numbers_in_boxes_and_overlays_are_read() -> None:
+    read = _read(
+        "The probe reaches an accuracy of \\only<2>{97.05}\\% on clean data, up from "
+        "\\scalebox{0.9}{96.90\\%} and \\resizebox{\\linewidth}{!}{96.80}. Its accuracy is \\makebox[2cm]{96.70}."
+    )
+    assert [text for text, *_ in read] == ["97.05%", "96.90%", "96.80", "96.70"]
 
 
 def test_whole_numbers_in_colour_are_read() -> None:
