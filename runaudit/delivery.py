@@ -334,6 +334,12 @@ class Scope:
             judged = [self._compare(statement, item, "its value") for item in matches]
             return next((item for item in judged if item.verdict == "passed"), judged[0])
         pinned = self._pinned(statement)
+        if pinned is not None and statement.unpinned is not None:
+            return Judgement(
+                "not_run",
+                f"{_where(statement)}: {statement.printed.text} is not {pinned.name} {pinned.shown()}, and "
+                f"{statement.unpinned}; anchor the cell (see {VERIFY_DOC})",
+            )
         if pinned is not None:
             return self._compare(statement, pinned, "its row or sentence")
         closest = sorted(

@@ -32,6 +32,7 @@ import itertools
 import re
 import sys
 import unicodedata
+from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from decimal import Decimal, InvalidOperation
@@ -271,6 +272,8 @@ class Statement:
     stamp: Stamp | None = None
     provenance: tuple[tuple[str, str], ...] = ()  # (run id, run.json sha256) a generated CSV row names
     where: str = "prose"  # "prose" or "table"
+    # Why its row and column cannot pin it to one artifact, though they name its run, metric and condition.
+    unpinned: str | None = None
 
     @property
     def subject_id(self) -> str:
@@ -563,6 +566,9 @@ def table_statements(
 ) -> Iterator[Statement]:
     """One statement per number in a cell whose column header names a metric; its row's label is the subject."""
     columns = [(vocabulary.first("metrics", head), vocabulary.first("conditions", head)) for head in heads]
+    # Columns whose heads read the same (``accuracy (clean)`` over a header row of epochs or shots): what
+    # tells them apart is not read, so a row names its run but no column pins a number to that run's value.
+    repeated = Counter(column for column in columns[1:] if column[0] is not None)
     percent = [bool(_PERCENT_HEAD.search(head)) for head in heads]
     deltas = [bool(_DELTA_HEAD.search(head)) for head in heads]
     for row in rows:
@@ -621,6 +627,13 @@ def table_statements(
                     anchor=anchor,
                     stamp=stamp,
                     where="table",
+                    unpinned=(
+                        f"its column's head reads {metric}{f' ({condition})' if condition else ''} as "
+                        f"{repeated[metric, condition] - 1} other column(s) do: what tells them apart (a header "
+                        "row of epochs or shots, a sub-column) is not read"
+                        if stamp is None and repeated[metric, condition] > 1
+                        else None
+                    ),
                 )
                 break  # one claim per cell: "46.4 ± 2.0 (n=3)" is one number with its error
 

@@ -645,3 +645,22 @@ def test_whole_numbers_in_colour_are_read() -> None:
         "80.00\\textcolor{gray}{\\scriptsize$\\pm$0.1}\\%."
     )
     assert [text for text, *_ in read] == ["97.05%", "96.90", "97.05%", "96.00%", "80.00±0.1%"]
+
+
+def test_columns_whose_heads_read_alike_pin_no_number_to_their_run() -> None:
+    """Over a header row of epochs, three columns read as accuracy (clean): each cell was held to the probe's
+    one clean accuracy, so the two earlier epochs failed a correct paper. Distinct heads still pin."""
+    table = (
+        "\\begin{tabular}{lcccc}\n\\toprule\nRun & \\multicolumn{3}{c}{Accuracy (clean)} & Accuracy (noise) \\\\\n"
+        " & 1 & 5 & 10 & 10 \\\\\n\\midrule\nprobe & 90.10 & 95.20 & 97.05 & 80.00 \\\\\n\\bottomrule\n"
+        "\\end{tabular}\n"
+    )
+    found = statements(table, "latex", WORDS, "paper.tex")
+    assert [(item.printed.text, item.subject, item.condition) for item in found] == [
+        ("90.10", "probe", "clean"),
+        ("95.20", "probe", "clean"),
+        ("97.05", "probe", "clean"),
+        ("80.00", "probe", "noise"),
+    ]
+    assert [item.unpinned is not None for item in found] == [True, True, True, False]
+    assert "2 other column(s)" in str(found[0].unpinned)
