@@ -332,7 +332,12 @@ class Scope:
         matches = [item for item in candidates if _agrees(statement.printed, item.value)]
         if matches:
             judged = [self._compare(statement, item, "its value") for item in matches]
-            return next((item for item in judged if item.verdict == "passed"), judged[0])
+            # One artifact holding it passes it; else a failure found against one (a wrong ± for the arm the value
+            # matches) outranks what another could not check (a ± for a single seed of that arm).
+            return next(
+                (item for verdict in ("passed", "failed") for item in judged if item.verdict == verdict),
+                judged[0],
+            )
         pinned = self._pinned(statement)
         if pinned is not None and statement.unpinned is not None:
             return Judgement(

@@ -27,6 +27,7 @@ import bisect
 import csv
 import functools
 import html
+import html.entities
 import io
 import itertools
 import re
@@ -82,6 +83,12 @@ _MD_COMMENT = re.compile(r"<!--(.*?)-->", re.DOTALL)
 _TAG = re.compile(r"</?[A-Za-z][^>]*>")
 _PERCENT_HEAD = re.compile(r"%|\bpercent\b", re.IGNORECASE)
 _DELTA_HEAD = re.compile(r"Δ|\\Delta|\bdelta\b|\bgain\b|\bdiff(?:erence)?\b|\bimprovement\b", re.IGNORECASE)
+# A column of the spread beside its metric's (``accuracy_se``, ``Accuracy (std)``), not one of values with their
+# error (``Accuracy (mean ± s.e.)``).
+_SPREAD_HEAD = re.compile(
+    r"(?<![A-Za-z])(?:std|stdev|stderr|sd|se|sem|s\.[de]\.(?:m\.)?|ci)(?![A-Za-z])", re.IGNORECASE
+)
+_VALUE_HEAD = re.compile(r"±|\\pm(?![A-Za-z])|\bmean\b|\baverage\b|\bavg\b", re.IGNORECASE)
 _CODE_SPAN = re.compile(r"(`+)(?:(?!\1).)+?\1", re.DOTALL)
 # Markdown's character references, which the page draws as their characters (``&plusmn;`` is ±).
 _CHARACTER_REFERENCE = re.compile(r"&(?:#[0-9]{1,7}|#[xX][0-9a-fA-F]{1,6}|[A-Za-z][A-Za-z0-9]{1,31});")
@@ -146,6 +153,9 @@ LATEX_BOXES = {
 }  # fmt: skip
 # Zero-width boxes: what they hold overprints its neighbours, never stands between them.
 LATEX_OVERPRINTS = frozenset({"rlap", "llap", "vphantom"})
+# Boxes that may draw what they hold at no size, out of place or over its neighbour (``\scalebox{0}{9}7.05``
+# shows 7.05): what they print is read as a word of its own, so a number they split is refused.
+LATEX_RESHAPING = frozenset({"scalebox", "resizebox", "makebox", "raisebox"})
 # Arguments pylatexenc does not know, which it would read as text (``\nolinebreak[4]``, ``\ding{51}``).
 LATEX_OPTIONS = {"nolinebreak": "[", "linebreak": "[", "footnotemark": "[", "tnote": "{", "ding": "{"}
 # Boxes shown as a mark or a gap beside what they follow, never part of it: ``98.1\\textsuperscript{1}`` is
@@ -160,7 +170,7 @@ _TEX_CHARACTER_CODES = re.compile(
 )
 # A colour that starts or ends against a digit or point of the number beside it: those digits may be drawn
 # in the page's own colour (\textcolor{white}{9}7.05 shows 7.05).
-_COLOUR = r"\\(?:textcolor|color)\s*(?:\[[^\]\n]*\])?\{[^{}\n]*\}"
+_COLOUR = r"\\(?:textcolor|color)\s*(?:\[[^\]\n]{0,100}\])?\{[^{}\n]{0,100}\}"
 
 
 def _part_of_a_number(opening: str, closing: str = r"\}") -> re.Pattern[str]:
@@ -168,7 +178,7 @@ def _part_of_a_number(opening: str, closing: str = r"\}") -> re.Pattern[str]:
     number beside it, or holds only the number's point: what it does to those digits is not in the text."""
     return re.compile(
         rf"\d\.?(?:{opening})\.?\d"  # 9\textcolor{white}{7}, 9{\color{white}7}
-        rf"|(?:{opening})[^{{}}\n]*\d\.?\s*{closing}\.?\d"  # \textcolor{white}{9}7.05
+        rf"|(?:{opening})[^{{}}\n]{{0,200}}\d\.?\s*{closing}\.?\d"  # \textcolor{white}{9}7.05
         rf"|\d(?:{opening})\s*\.\s*{closing}\d"  # 97\textcolor{white}{.}05
     )
 
@@ -177,9 +187,15 @@ _COLOURED_DIGITS = _part_of_a_number(rf"{_COLOUR}\s*\{{|\{{\s*{_COLOUR}\s*")
 # Boxes that may draw what they hold at no size or over its neighbour, and beamer's overlays, which draw it on
 # some slides only: \scalebox{0}{9}7.05 and \only<2>{9}7.05 show 7.05 where the text reads 97.05.
 _SHRUNK_OR_ON_SOME_SLIDES = _part_of_a_number(
-    r"\\(?:scalebox\s*\{[^{}\n]*\}(?:\s*\[[^\]\n]*\])?|resizebox\*?\s*\{[^{}\n]*\}\s*\{[^{}\n]*\}"
-    r"|makebox\s*(?:\[[^\]\n]*\]\s*){1,2}|(?:only|uncover|visible|invisible|onslide|alt|temporal)\s*<[^>\n]*>)\s*\{",
-    r"\}(?:\s*\{[^{}\n]*\})?",  # \alt<2>{9}{} draws its second argument on the other slides
+    r"\\(?:scalebox\s*\{[^{}\n]{0,100}\}(?:\s*\[[^\]\n]{0,100}\])?"
+    r"|resizebox\*?\s*\{[^{}\n]{0,100}\}\s*\{[^{}\n]{0,100}\}|makebox\s*(?:\[[^\]\n]{0,100}\]\s*){1,2}"
+    r"|(?:only|uncover|visible|invisible|onslide|alt|temporal)\s*<[^>\n]{0,100}>)\s*\{",
+    r"\}(?:\s*\{[^{}\n]{0,200}\})?",  # \alt<2>{9}{} draws its second argument on the other slides
+)
+# A beamer overlay whose arguments end in a digit, however deeply grouped, before the rest of a number
+# (``{\only<2>{9}}7.05``, ``\alt<2>{}{9}7.05``).
+_OVERLAY_BEFORE_DIGITS = re.compile(
+    r"\\(?:only|uncover|visible|invisible|onslide|alt|temporal)\s*<[^>\n]{0,100}>[^\n]{0,200}?\d\.?\s*\}+\s*\.?\d"
 )
 # A negative kern between digits draws one over the other.
 _OVERLAPPED_DIGITS = re.compile(r"\d\.?\s*\\(?:kern|hskip|mkern|mskip)\s*-\s*[\d.]+\s*[a-z]{2}\s*\.?\d")
@@ -566,11 +582,17 @@ def table_statements(
 ) -> Iterator[Statement]:
     """One statement per number in a cell whose column header names a metric; its row's label is the subject."""
     columns = [(vocabulary.first("metrics", head), vocabulary.first("conditions", head)) for head in heads]
-    # Columns whose heads read the same (``accuracy (clean)`` over a header row of epochs or shots): what
-    # tells them apart is not read, so a row names its run but no column pins a number to that run's value.
-    repeated = Counter(column for column in columns[1:] if column[0] is not None)
     percent = [bool(_PERCENT_HEAD.search(head)) for head in heads]
     deltas = [bool(_DELTA_HEAD.search(head)) for head in heads]
+    # Columns whose heads read the same (``accuracy (clean)`` over a header row of epochs or shots): what
+    # tells them apart is not read, so a row names its run but no column pins a number to that run's value.
+    repeated = Counter(
+        column
+        for column, head, delta in zip(columns[1:], heads[1:], deltas[1:], strict=False)
+        if column[0] is not None
+        and not delta
+        and not (_SPREAD_HEAD.search(head) and not _VALUE_HEAD.search(head))
+    )
     for row in rows:
         label = row.cells[0] if row.cells else ""
         if not any(
@@ -707,8 +729,11 @@ def _references_decoded(text: str) -> str:
     of its own); one that would draw markup or a line break is left as written."""
 
     def decoded(found: re.Match[str]) -> str:
-        drawn = html.unescape(found.group())
-        return found.group() if _DRAWN_AS_WRITTEN.intersection(drawn) else drawn
+        written = found.group()
+        if not written.startswith("&#") and written[1:] not in html.entities.html5:
+            return written  # no reference (&plusmn0; is drawn as written, not as ±0;)
+        drawn = html.unescape(written)
+        return written if _DRAWN_AS_WRITTEN.intersection(drawn) else drawn
 
     parts, last = [], 0
     for span in _CODE_SPAN.finditer(text):
@@ -926,6 +951,8 @@ def _walk_latex(nodes, prose, tables, stamp, line_at, vocabulary, document, sour
                     _add_printed(prose, " ", line, document)
             else:
                 _walk_latex(inner, prose, tables, stamp, line_at, vocabulary, document, source)
+                if node.macroname in LATEX_RESHAPING:
+                    _silence(prose, line)
         elif node.macroname in ("section", "subsection", "paragraph", "item"):
             prose.add("\n\n" + _latex_text(node.latex_verbatim()) + ". ", line)
         else:
@@ -1399,7 +1426,9 @@ def hidden_number(text: str, form: str) -> str | None:
             f"a colour command colours part of a number at line {_line(text, coloured.start())} (its digits may "
             "be drawn in the page's colour): colour whole numbers"
         )
-    if form == "latex" and (hidden := _SHRUNK_OR_ON_SOME_SLIDES.search(text)) is not None:
+    if form == "latex" and (
+        hidden := _SHRUNK_OR_ON_SOME_SLIDES.search(text) or _OVERLAY_BEFORE_DIGITS.search(text)
+    ):
         return (
             f"a box or beamer overlay holds part of a number at line {_line(text, hidden.start())} (it may draw "
             "those digits at no size, over their neighbour or on other slides only): box whole numbers"
