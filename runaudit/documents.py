@@ -184,19 +184,13 @@ def _part_of_a_number(opening: str, closing: str = r"\}") -> re.Pattern[str]:
 
 
 _COLOURED_DIGITS = _part_of_a_number(rf"{_COLOUR}\s*\{{|\{{\s*{_COLOUR}\s*")
-# Boxes that may draw what they hold at no size or over its neighbour, and beamer's overlays, which draw it on
-# some slides only: \scalebox{0}{9}7.05 and \only<2>{9}7.05 show 7.05 where the text reads 97.05.
-_SHRUNK_OR_ON_SOME_SLIDES = _part_of_a_number(
-    r"\\(?:scalebox\s*\{[^{}\n]{0,100}\}(?:\s*\[[^\]\n]{0,100}\])?"
-    r"|resizebox\*?\s*\{[^{}\n]{0,100}\}\s*\{[^{}\n]{0,100}\}|makebox\s*(?:\[[^\]\n]{0,100}\]\s*){1,2}"
-    r"|(?:only|uncover|visible|invisible|onslide|alt|temporal)\s*<[^>\n]{0,100}>)\s*\{",
-    r"\}(?:\s*\{[^{}\n]{0,200}\})?",  # \alt<2>{9}{} draws its second argument on the other slides
-)
-# A beamer overlay whose arguments end in a digit, however deeply grouped, before the rest of a number
+# Beamer's overlays draw what they hold on some slides only: \only<2>{9}7.05 shows 7.05 on the first, where the
+# text reads 97.05. (Boxes that may draw what they hold at no size end a number in the reader instead:
+# :data:`LATEX_RESHAPING`.) The overlay's arguments may end in a digit however deeply grouped
 # (``{\only<2>{9}}7.05``, ``\alt<2>{}{9}7.05``).
-_OVERLAY_BEFORE_DIGITS = re.compile(
-    r"\\(?:only|uncover|visible|invisible|onslide|alt|temporal)\s*<[^>\n]{0,100}>[^\n]{0,200}?\d\.?\s*\}+\s*\.?\d"
-)
+_OVERLAY = r"\\(?:only|uncover|visible|invisible|onslide|alt|temporal)\s*<[^>\n]{0,100}>"
+_ON_SOME_SLIDES = _part_of_a_number(rf"{_OVERLAY}\s*\{{", r"\}(?:\s*\{[^{}\n]{0,200}\})?")
+_OVERLAY_BEFORE_DIGITS = re.compile(rf"{_OVERLAY}[^\n]{{0,200}}?\d\.?\s*\}}+\s*\.?\d")
 # A negative kern between digits draws one over the other.
 _OVERLAPPED_DIGITS = re.compile(r"\d\.?\s*\\(?:kern|hskip|mkern|mskip)\s*-\s*[\d.]+\s*[a-z]{2}\s*\.?\d")
 # siunitx rounding typesets another number than the one written.
@@ -1426,12 +1420,10 @@ def hidden_number(text: str, form: str) -> str | None:
             f"a colour command colours part of a number at line {_line(text, coloured.start())} (its digits may "
             "be drawn in the page's colour): colour whole numbers"
         )
-    if form == "latex" and (
-        hidden := _SHRUNK_OR_ON_SOME_SLIDES.search(text) or _OVERLAY_BEFORE_DIGITS.search(text)
-    ):
+    if form == "latex" and (hidden := _ON_SOME_SLIDES.search(text) or _OVERLAY_BEFORE_DIGITS.search(text)):
         return (
-            f"a box or beamer overlay holds part of a number at line {_line(text, hidden.start())} (it may draw "
-            "those digits at no size, over their neighbour or on other slides only): box whole numbers"
+            f"a beamer overlay holds part of a number at line {_line(text, hidden.start())} (it draws those "
+            "digits on some slides only): put whole numbers under overlays"
         )
     if form == "latex" and (kerned := _OVERLAPPED_DIGITS.search(text)) is not None:
         return f"a negative kern draws digits over each other at line {_line(text, kerned.start())}"
