@@ -192,7 +192,9 @@ _OVERLAY = r"\\(?:only|uncover|visible|invisible|onslide|alt|temporal)\s*<[^>\n]
 _ON_SOME_SLIDES = _part_of_a_number(rf"{_OVERLAY}\s*\{{", r"\}(?:\s*\{[^{}\n]{0,200}\})?")
 _OVERLAY_BEFORE_DIGITS = re.compile(rf"{_OVERLAY}[^\n]{{0,200}}?\d\.?\s*\}}+\s*\.?\d")
 # A negative kern between digits draws one over the other.
-_OVERLAPPED_DIGITS = re.compile(r"\d\.?\s*\\(?:kern|hskip|mkern|mskip)\s*-\s*[\d.]+\s*[a-z]{2}\s*\.?\d")
+_OVERLAPPED_DIGITS = re.compile(
+    r"\d\.?[\s{]{0,20}\\(?:kern|hskip|mkern|mskip)\s*-\s*[\d.]{1,20}\s*[a-z]{2}[\s{}]{0,20}(?:\\relax\s*)?\.?\d"
+)
 # siunitx rounding typesets another number than the one written.
 _ROUNDING = re.compile(r"round-mode\s*=\s*(?:%[^\n]*\n\s*)*\{?\s*(?!none\b)\w")
 # A column type the paper defines stands between other columns wherever it is used.

@@ -230,6 +230,8 @@ HIDDEN = {
     "a box resized to nothing": ("latex", _prose(r"9\resizebox{0pt}{!}{7}.05\%"), "inside a number"),
     "a box of no width": ("latex", _prose(r"\makebox[0pt]{9}7.05\%"), "inside a number"),
     "a negative kern": ("latex", _prose(r"9\kern-1em 7.05\%"), "kern"),
+    "a negative kern of nothing": ("latex", _prose(r"9\kern-0em{}9.99\%"), "kern"),
+    "a grouped negative kern": ("latex", _prose(r"9{\kern-1em}7.05\%"), "kern"),
     "a box scaled to nothing, grouped": ("latex", _prose(r"\scalebox{0}{{9}}7.05\%"), "inside a number"),
     "a box raised out of the page": ("latex", _prose(r"\raisebox{99cm}{9}7.05\%"), "inside a number"),
     "a box scaled to nothing, then a comment": (
