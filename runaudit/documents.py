@@ -1422,9 +1422,9 @@ def hidden_number(text: str, form: str) -> str | None:
             f"a colour command colours part of a number at line {_line(text, coloured.start())} (its digits may "
             "be drawn in the page's colour): colour whole numbers"
         )
-    if form == "latex" and (hidden := _ON_SOME_SLIDES.search(text) or _OVERLAY_BEFORE_DIGITS.search(text)):
+    if form == "latex" and (overlaid := _ON_SOME_SLIDES.search(text) or _OVERLAY_BEFORE_DIGITS.search(text)):
         return (
-            f"a beamer overlay holds part of a number at line {_line(text, hidden.start())} (it draws those "
+            f"a beamer overlay holds part of a number at line {_line(text, overlaid.start())} (it draws those "
             "digits on some slides only): put whole numbers under overlays"
         )
     if form == "latex" and (kerned := _OVERLAPPED_DIGITS.search(text)) is not None:
