@@ -414,6 +414,14 @@ class Scope:
                     f"{where}: {printed.text} ({artifact.name}) rests on run {run_id}, which has not held custody: {problem}",
                     evidence,
                 )
+        if printed.error_unread is not None:
+            return Judgement(
+                "not_run",
+                f"{where}: {printed.text} agrees with {artifact.name} {artifact.shown()}, but the error stated "
+                f"with it ({printed.error_unread!r}) is in a form the gate does not read; write it as ± 0.3 (see "
+                f"{VERIFY_DOC})",
+                evidence,
+            )
         if printed.error is not None and artifact.error is None:
             # A spread that no artifact holds is unchecked, never passed with the value it rides on.
             return Judgement(

@@ -34,7 +34,7 @@ import re
 import sys
 import unicodedata
 from collections import Counter
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
@@ -58,20 +58,33 @@ IGNORE = "ignore"
 # as a number (``05 %`` alone would claim 5 %). Nor is a number right after ``;``: the end of a character
 # reference (``88&middot;05``) in Markdown's source.
 _POINTS = "·\u0387\u2024\u2219\u22c5\u066b\uff0e\u00a0\u2007\u2009\u202f"
+_PLUS_MINUS = r"(?:±|\+/-|\+-)"
+# What may stand between a number and its ± on the page: white space with at most one line break (a
+# paragraph's own wrapping), the number's percent sign, an index or superscript, a bracket, and characters
+# drawn as nothing (``97.05 %<U+200B>± 0.3 %``).
+_BEFORE_AN_ERROR = (
+    "(?:[^\\S\n]|[%_^(\\[\u00ad\u061c\u180e\u200b-\u200f\u202a-\u202e\u2060-\u2064\ufeff]|<su[bp]>)"
+)
 _NUMBER = re.compile(
     rf"(?<![\w.;\\/#^-])(?<!\d[,{_POINTS}])(?P<sign>[+\-−])?(?P<int>\d++)(?:\.(?P<frac>\d++))?(?![\w.]*\d)"
     rf"(?![,{_POINTS}]\d)(?![a-zA-Z])"
-    # The error may follow the number's own percent sign on its line, be set as a subscript (``97.05 % ± 0.3
-    # %``, ``$97.05_{\pm0.3}$``, Markdown's ``97.05<sub>±0.3</sub>``) or stand in parentheses (``97.05 %
-    # (±0.3 %)``, on its line): read apart, it was a claim of its own. Each run of white space is matched one
-    # way only (two in a row made a number before 64 kB of spaces take 27 s), and the digits possessively (a
-    # number's digits given back one by one before 64 kB of letters took 18 s).
-    r"(?:(?P<pct_par>\s?%)?[^\S\n]*\([^\S\n]*(?:±|\+/-|\+-)[^\S\n]*(?P<par_err>\d+(?:\.\d+)?)"
-    r"(?P<pct_in>[^\S\n]?%)?[^\S\n]*\)"
-    r"|(?:(?P<pct_err>\s?%)[^\S\n]*|\s*)(?:(?:_|<sub>)[^\S\n]*)?(?:±|\+/-|\+-)\s*(?P<err>\d+(?:\.\d+)?)"
-    r"(?:</sub>)?)?"
+    # The error may follow the number's own percent sign, on its line or the next, be set as an index or a
+    # superscript and stand in brackets (``97.05 % ± 0.3 %``, ``$97.05_{\pm0.3}$``, ``$97.05^{(\pm0.3)}$``,
+    # Markdown's ``97.05<sub>±0.3</sub>``, ``97.05 % (±0.3 %)``, ``97.05 % [±0.3]``): read apart, it was a
+    # claim of its own. Its digits end as the number's do (``± 0,9`` is no error of 0). Each run of white
+    # space is matched one way only and possessively (two in a row made a number before 64 kB of spaces take
+    # 27 s), and so are the digits (a number's digits given back one by one before 64 kB of letters took 18 s).
+    rf"(?:(?P<pct_err>[^\S\n]?%)?[^\S\n]*+(?:\n[^\S\n]*+)?(?P<index>[_^]|<su[bp]>)?[^\S\n]*+(?P<bracket>[(\[])?"
+    rf"[^\S\n]*+{_PLUS_MINUS}[^\S\n]*+(?P<err>\d++(?:\.\d++)?)(?![\w.]*\d)(?![,{_POINTS}]\d)(?![a-zA-Z])"
+    r"(?P<pct_in>[^\S\n]?%)?[^\S\n]*+(?(bracket)[)\]])[^\S\n]*+(?:</su[bp]>)?)?"
     r"(?P<pct>\s?%)?"
 )
+# A ± after a number that the number's pattern did not take as its error (``97.05 % (±.9)``, ``± 3e-1``,
+# ``(±0.3 pp)``): the error stated is not read, so the number's claim is not whole.
+_UNREAD_ERROR = re.compile(rf"{_BEFORE_AN_ERROR}{{0,40}}+(?:\n{_BEFORE_AN_ERROR}{{0,40}}+)?{_PLUS_MINUS}")
+# A number right after a ± is an error, not a value: of the number before it, where that one's pattern
+# could not take it, or of none (``± 0.3 %`` alone).
+_AFTER_A_PLUS_MINUS = re.compile(rf"{_PLUS_MINUS}(?:[^\S\n]|[(\[]){{0,10}}$")
 _DELTA_BEFORE = re.compile(r"\b(?:by|of up to|improves?|improved|gains?|drops? by)\s+$", re.IGNORECASE)
 _DELTA_AFTER = re.compile(r"^\s*(?:points?|pp\b|p\.p\.|percentage points?|x\b|×|times\b)", re.IGNORECASE)
 _SENTENCE_END = re.compile(r"[.!?;](?=\s)|\n\s*\n")
@@ -86,7 +99,13 @@ _DELTA_HEAD = re.compile(r"Δ|\\Delta|\bdelta\b|\bgain\b|\bdiff(?:erence)?\b|\bi
 # A column of the spread beside its metric's (``accuracy_se``, ``Accuracy (std)``), not one of values with their
 # error (``Accuracy (mean ± s.e.)``).
 _SPREAD_HEAD = re.compile(
-    r"(?<![A-Za-z])(?:std|stdev|stderr|sd|se|sem|s\.[de]\.(?:m\.)?|ci)(?![A-Za-z])", re.IGNORECASE
+    r"(?<![A-Za-z])(?:std|stdev|stderr|sd|se|sem|s\.[de]\.(?:m\.)?|ci|standard[\s_-]+(?:error|deviation))(?![A-Za-z])",
+    re.IGNORECASE,
+)
+# The spread the gate holds (the standard error over seeds): such a column's cell is the error of the value
+# beside it in its row; another spread (a standard deviation, an interval) is not read.
+_STANDARD_ERROR_HEAD = re.compile(
+    r"(?<![A-Za-z])(?:stderr|se|sem|s\.e\.(?:m\.)?|standard[\s_-]+error)(?![A-Za-z])", re.IGNORECASE
 )
 _VALUE_HEAD = re.compile(r"±|\\pm(?![A-Za-z])|\bmean\b|\baverage\b|\bavg\b", re.IGNORECASE)
 _CODE_SPAN = re.compile(r"(`+)(?:(?!\1).)+?\1", re.DOTALL)
@@ -161,6 +180,8 @@ LATEX_OPTIONS = {"nolinebreak": "[", "linebreak": "[", "footnotemark": "[", "tno
 # Boxes shown as a mark or a gap beside what they follow, never part of it: ``98.1\\textsuperscript{1}`` is
 # 98.1 with a note mark. Read as a space when they hold anything visible, as nothing when they do not.
 LATEX_MARKS = frozenset({"phantom", "hphantom", "textsuperscript", "textsubscript"})
+# The marks that print what they hold, as the index the number pattern reads (``97.05_±0.3``).
+LATEX_INDICES = {"textsubscript": "_", "textsuperscript": "^"}
 # TeX's own character codes: a catcode change, ``\char`` or a ``^^`` escape makes the typeset characters
 # others than the text's, and no reader of the text follows them.
 _TEX_CHARACTER_CODES = re.compile(
@@ -257,6 +278,8 @@ class Printed:
     percent: bool
     error: Decimal | None = None
     error_decimals: int | None = None
+    # A ± the document states beside the number in a form the gate does not read (``(±.9)``, ``± 0,9``).
+    error_unread: str | None = None
 
 
 @dataclass(frozen=True)
@@ -336,20 +359,31 @@ def format_of(path: Path) -> str | None:
 
 
 def parse_number(found: re.Match[str]) -> Printed | None:
-    """The :class:`Printed` of one match of the number pattern; None for a number that is no result."""
+    """The :class:`Printed` of one match of the number pattern; None for a number that is no result.
+
+    A number right after a ± is the error of another (or of none), never a value of its own.
+    """
     integer, fraction = found.group("int"), found.group("frac")
-    error = found.group("err") or found.group("par_err")
-    percent = any(found.group(name) is not None for name in ("pct", "pct_err", "pct_par", "pct_in"))
-    if fraction is None and not percent and error is None:
-        return None  # an integer: a count, a year, an epoch
+    error = found.group("err")
+    percent = any(found.group(name) is not None for name in ("pct", "pct_err", "pct_in"))
+    text = found.string
+    if _AFTER_A_PLUS_MINUS.search(text, max(found.start() - 16, 0), found.start()):
+        return None
+    if fraction is None and not percent and (error is None or found.group("index") in ("^", "<sup>")):
+        return None  # an integer: a count, a year, an epoch; 2^{±1} is a power
     sign = "-" if found.group("sign") in ("-", "−") else ""
     try:
         value = Decimal(f"{sign}{integer}.{fraction or '0'}")
         spread = Decimal(error) if error is not None else None
     except InvalidOperation:
         return None
+    unread = None
+    if error is None and (beside := _UNREAD_ERROR.match(text, found.end())) is not None:
+        unread = " ".join(text[beside.start() : beside.end() + 12].split())
     error_decimals = len(error.partition(".")[2]) if error is not None else None
-    return Printed(found.group(0).strip(), value, len(fraction or ""), percent, spread, error_decimals)
+    return Printed(
+        found.group(0).strip(), value, len(fraction or ""), percent, spread, error_decimals, unread
+    )
 
 
 # -- prose -------------------------------------------------------------------------------------------------
@@ -580,15 +614,23 @@ def table_statements(
     columns = [(vocabulary.first("metrics", head), vocabulary.first("conditions", head)) for head in heads]
     percent = [bool(_PERCENT_HEAD.search(head)) for head in heads]
     deltas = [bool(_DELTA_HEAD.search(head)) for head in heads]
+    spreads = [bool(_SPREAD_HEAD.search(head) and not _VALUE_HEAD.search(head)) for head in heads]
     # Columns whose heads read the same (``accuracy (clean)`` over a header row of epochs or shots): what
     # tells them apart is not read, so a row names its run but no column pins a number to that run's value.
-    repeated = Counter(
-        column
-        for column, head, delta in zip(columns[1:], heads[1:], deltas[1:], strict=False)
-        if column[0] is not None
-        and not delta
-        and not (_SPREAD_HEAD.search(head) and not _VALUE_HEAD.search(head))
-    )
+    values = [
+        index
+        for index in range(1, len(heads))
+        if columns[index][0] is not None and not deltas[index] and not spreads[index]
+    ]
+    repeated = Counter(columns[index] for index in values)
+    # A standard-error column beside the one column of its metric's values: each cell is that value's error.
+    errors_of = {
+        value: index
+        for index in range(1, len(heads))
+        if spreads[index] and _STANDARD_ERROR_HEAD.search(heads[index])
+        for value in values
+        if columns[value] == columns[index] and repeated[columns[index]] == 1
+    }
     for row in rows:
         label = row.cells[0] if row.cells else ""
         if not any(
@@ -618,8 +660,8 @@ def table_statements(
         for column, ((metric, condition), cell) in enumerate(
             zip(columns[1:], row.cells[1:], strict=False), 1
         ):
-            if deltas[column] or SPAN in cell:
-                continue  # a difference column (a delta, not a stated value), or a cell spanning columns
+            if deltas[column] or spreads[column] or SPAN in cell:
+                continue  # a difference or spread column (no stated value), or a cell spanning columns
             anchor = None
             marked = re.search(r"runaudit:\s*(\S+)", cell)
             if marked:
@@ -634,6 +676,8 @@ def table_statements(
                     continue
                 if percent[column] and not printed.percent:
                     printed = replace(printed, percent=True)
+                if column in errors_of and printed.error is None and printed.error_unread is None:
+                    printed = _with_error_from(printed, row.cells[errors_of[column]])
                 yield _statement(
                     document,
                     source,
@@ -654,6 +698,17 @@ def table_statements(
                     ),
                 )
                 break  # one claim per cell: "46.4 ± 2.0 (n=3)" is one number with its error
+
+
+def _with_error_from(printed: Printed, cell: str) -> Printed:
+    """``printed`` with the standard error its row states in a column of its own (``accuracy_se``); where that
+    cell holds anything but one plain number, the error is noted as unread (an empty cell states none)."""
+    numbers = list(_NUMBER.finditer(_CODE_SPAN.sub(" ", _MD_COMMENT.sub(" ", cell))))
+    shown = " ".join(cell.split())
+    if len(numbers) != 1 or numbers[0].group("err") is not None or numbers[0].group("sign") is not None:
+        return replace(printed, error_unread=shown) if shown else printed
+    integer, fraction = numbers[0].group("int"), numbers[0].group("frac")
+    return replace(printed, error=Decimal(f"{integer}.{fraction or '0'}"), error_decimals=len(fraction or ""))
 
 
 def _exact_subject(vocabulary: Vocabulary, label: str) -> str | None:
@@ -931,7 +986,16 @@ def _walk_latex(nodes, prose, tables, stamp, line_at, vocabulary, document, sour
             _silence(prose, line)
         elif node.macroname in LATEX_BOXES:
             _silence(prose, line)
-            content = node.nodeargd.argnlist[-1] if node.nodeargd and node.nodeargd.argnlist else None
+            arguments = node.nodeargd.argnlist if node.nodeargd and node.nodeargd.argnlist else []
+            if any(argument is not None and argument.latex_verbatim() == "(" for argument in arguments):
+                # \makebox(0,0){9}7.05: picture mode places what the box holds, at no width; the reader
+                # would take its coordinates and contents as text.
+                raise DocumentError(
+                    f"{document}: \\{node.macroname} at line {line} takes picture-mode coordinates: where it "
+                    "draws what it holds is not read, so what is checked would not be what is shown "
+                    "(docs/claims.md)"
+                )
+            content = arguments[-1] if arguments else None
             inner = content.nodelist if isinstance(content, LatexGroupNode) else [content]
             if node.macroname in LATEX_OVERPRINTS:
                 check(inner)
@@ -943,7 +1007,13 @@ def _walk_latex(nodes, prose, tables, stamp, line_at, vocabulary, document, sour
                     )
             elif node.macroname in LATEX_MARKS:
                 check(inner)
-                if _latex_text("".join(part.latex_verbatim() for part in inner if part is not None)).strip():
+                shown = _latex_text(
+                    "".join(part.latex_verbatim() for part in inner if part is not None)
+                ).strip()
+                if node.macroname in LATEX_INDICES and re.match(_PLUS_MINUS, shown):
+                    # An error set as an index (97.05\textsubscript{$\pm$0.3}) is the number's own.
+                    _add_printed(prose, LATEX_INDICES[node.macroname] + shown, line, document)
+                elif shown:
                     _add_printed(prose, " ", line, document)
             else:
                 _walk_latex(inner, prose, tables, stamp, line_at, vocabulary, document, source)
@@ -1087,9 +1157,35 @@ _NUMBER_GOES_ON = re.compile(r"\.?\d")
 
 @functools.cache
 def _converter() -> Any:
-    from pylatexenc.latex2text import LatexNodes2Text
+    """latex2text, printing what the boxes it does not know print (it dropped ``\\scalebox{0.9}{99.99}`` and
+    ``\\mbox{97.05}`` from a table cell, and an error set with ``\\textsubscript``)."""
+    from pylatexenc.latex2text import LatexNodes2Text, MacroTextSpec, get_default_latex_context_db
 
-    return LatexNodes2Text(math_mode="text")
+    def box(spaced: bool) -> Callable[[Any, Any], str]:
+        def printed(node: Any, l2tobj: Any) -> str:  # pylatexenc passes its converter by this name
+            arguments = node.nodeargd.argnlist if node.nodeargd and node.nodeargd.argnlist else []
+            content = l2tobj.nodelist_to_text([arguments[-1]]) if arguments and arguments[-1] else ""
+            if node.macroname in LATEX_INDICES:
+                return (
+                    LATEX_INDICES[node.macroname] + content.strip()
+                    if re.match(_PLUS_MINUS, content.strip())
+                    else " "
+                )
+            return f" {content} " if spaced else content
+
+        return printed
+
+    context = get_default_latex_context_db()
+    context.add_context_category(
+        "runaudit-boxes",
+        prepend=True,
+        macros=[
+            MacroTextSpec(name, simplify_repl=box(name in LATEX_RESHAPING))
+            for name in LATEX_BOXES
+            if name not in LATEX_OVERPRINTS and (name not in LATEX_MARKS or name in LATEX_INDICES)
+        ],
+    )
+    return LatexNodes2Text(latex_context=context, math_mode="text")
 
 
 def _latex_text(latex: str) -> str:
@@ -1387,13 +1483,14 @@ def _marking() -> dict[int, str]:
 
 # In the marked copy: a run of non-ASCII characters between two parts of a number that holds an invisible
 # character (after a digit, before a digit, sign or point; or after a sign or point, before a digit), or a
-# digit of another script beside an ASCII digit. Each branch starts only where a run starts and takes it
-# whole, so the scan is linear.
+# digit of another script beside an ASCII digit. Each branch starts only where a run starts, looks for its
+# mark once and takes the run whole, so the scan is linear (a lazy run before the mark, given back character
+# by character, made 64k zero-width spaces after a digit take 2.4 s).
 _OTHER = "[\x01\x02\x80-\U0010ffff]"
 _SPLITTING = re.compile(
-    rf"(?P<after_digit>(?<=[0-9]){_OTHER}*?\x01{_OTHER}*+(?=[0-9.,+\-−]))"
-    rf"|(?P<after_point>(?<=[.,+\-−]){_OTHER}*?\x01{_OTHER}*+(?=[0-9]))"
-    rf"|(?P<mixed>(?<=[0-9])[.,]?{_OTHER}*?\x02|(?<!{_OTHER}){_OTHER}*?\x02{_OTHER}*+(?=[.,]?[0-9]))"
+    rf"(?P<after_digit>(?<=[0-9])(?={_OTHER}*\x01){_OTHER}*+(?=[0-9.,+\-−]))"
+    rf"|(?P<after_point>(?<=[.,+\-−])(?={_OTHER}*\x01){_OTHER}*+(?=[0-9]))"
+    rf"|(?P<mixed>(?<=[0-9])[.,]?{_OTHER}*?\x02|(?<!{_OTHER})(?={_OTHER}*\x02){_OTHER}*+(?=[.,]?[0-9]))"
 )
 
 

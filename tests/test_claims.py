@@ -286,8 +286,9 @@ def test_a_number_with_no_artifact_is_listed_not_run(
         )
         row = next(line for line in text.splitlines() if line.startswith(f"| {ARM} |"))
         text = text.replace(row, row + "\n| literature | 0.9912 | 0.0400 | 0.9000 | 0.3000 |")
-        # a spread that one run cannot hold
+        # a spread that one run cannot hold, and one in a form the gate does not read
         text = text.replace(f"ends at {seed2}.", f"ends at {seed2} (± 0.0100).")
+        text = text.replace(f"its accuracy is {noise}.", f"its accuracy is {noise} (±.0100).")
         # Two columns read as the same metric and condition, told apart by a header row the gate does not read:
         # the first one's value (after 1 epoch) is no other artifact, and was failed as the demo's final one.
         return text.replace(
@@ -298,6 +299,7 @@ def test_a_number_with_no_artifact_is_listed_not_run(
 
     seed2 = f"{delivered['seed2']['cross_entropy', 'clean']:.4f}"
     final = f"{delivered['demo']['accuracy', 'clean']:.4f}"
+    noise = f"{delivered['demo']['accuracy', 'noise']:.4f}"
     readme = _edited(delivered, "README.md", add, tmp_path)
     assert f"ends at {seed2} (± 0.0100)." in readme.read_text()
     outcome = _claims(run_audits, delivered, readme)
@@ -315,6 +317,9 @@ def test_a_number_with_no_artifact_is_listed_not_run(
     spread = verdicts[f"README.md:{_line_of(readme, 'Seed 2 alone')}:1"]
     assert spread["verdict"] == "not_run", spread  # passed with its value before: the ± was never checked
     assert "agrees" in spread["message"] and "one run" in spread["message"]
+    unread = verdicts[f"README.md:{_line_of(readme, 'Under noise')}:1"]
+    assert unread["verdict"] == "not_run" and "(±.0100)" in unread["message"], unread  # passed before
+    assert "does not read" in unread["message"]
     early, last = (verdicts[f"README.md:{_line_of(readme, f'| {DEMO_RUN_ID} | 0.1234')}:{n}"] for n in (1, 2))
     assert early["verdict"] == "not_run" and "other column" in early["message"], early  # failed before
     assert last["verdict"] == "passed", last

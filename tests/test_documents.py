@@ -241,6 +241,8 @@ HIDDEN = {
     ),
     "a grouped overlay": ("latex", _prose(r"{\only<2>{9}}7.05\%"), "overlay"),
     "an overlay's other slides": ("latex", _prose(r"\alt<2>{}{9}7.05\%"), "overlay"),
+    "a box placed in picture mode": ("latex", _prose(r"\makebox(0,0){9}7.05\%"), "picture-mode"),
+    "a frame placed in picture mode": ("latex", _prose(r"\framebox(0,0)[l]{9}7.05\%"), "picture-mode"),
 }
 
 
@@ -566,6 +568,14 @@ def test_a_positive_gap_between_columns_is_read() -> None:
         ("markdown", "97.05 (±0.3 %)"),
         ("markdown", "97.05 % &plusmn; 0.3 %"),
         ("markdown", "97.05&nbsp;% (&#177;0.3&nbsp;%)"),
+        ("markdown", "97.05<sub>(±0.3)</sub> %"),
+        ("markdown", "97.05 %<sup>±0.3</sup>"),
+        ("markdown", "97.05 % [±0.3]"),
+        ("markdown", "97.05 %\n± 0.3 %"),
+        ("latex", r"$97.05_{(\pm 0.3)}$\%"),
+        ("latex", r"$97.05^{\pm0.3}$\%"),
+        ("latex", r"97.05\textsubscript{$\pm$0.3}\%"),
+        ("latex", "97.05\\%\n$\\pm$ 0.3\\%"),
     ],
 )
 def test_an_error_after_the_percent_sign_set_as_an_index_or_in_parentheses_is_the_numbers_own(
@@ -580,6 +590,35 @@ def test_an_error_after_the_percent_sign_set_as_an_index_or_in_parentheses_is_th
         Decimal("0.3"),
         True,
     )
+
+
+@pytest.mark.parametrize(
+    ("form", "stated", "unread"),
+    [
+        ("markdown", "97.05 % ± 0,9 %", "± 0,9"),
+        ("markdown", "97.05 % (±.9)", "(±.9)"),
+        ("markdown", "97.05 % (±3e-1)", "(±3e-1)"),
+        ("markdown", "97.05 % (±0.3 pp)", "(±0.3 pp)"),
+        ("markdown", "97.05 %&#8203;&plusmn; 0.3 %", "\u200b± 0.3 %"),
+        ("latex", r"97.05\% $\pm$ 0{,}3\%", "± 0,3%"),
+    ],
+)
+def test_an_error_in_a_form_not_read_leaves_its_number_unwhole(form: str, stated: str, unread: str) -> None:
+    """The ± was dropped and the number passed on its value (``± 0,9`` was read as ± 0): a wrong error was
+    never checked. Now the number says what stood beside it, and the gate lists it ``not_run``; the error's
+    own digits are no claim either (``0.3 %`` after an invisible character was a second accuracy)."""
+    document = "p.tex" if form == "latex" else "p.md"
+    [found] = statements(f"The probe reaches an accuracy of {stated} on clean data.", form, WORDS, document)
+    assert (found.printed.value, found.printed.error) == (Decimal("97.05"), None)
+    assert found.printed.error_unread is not None and found.printed.error_unread.startswith(unread)
+
+
+def test_a_plus_minus_in_a_superscript_of_an_integer_is_a_power() -> None:
+    """``$2^{\\pm1}$`` is two to the power ±1, no number with its error."""
+    read = statements(
+        r"Its accuracy on clean data scales by $2^{\pm1}$ and is 97.05\%.", "latex", WORDS, "p.tex"
+    )
+    assert [(found.printed.value, found.printed.error) for found in read] == [(Decimal("97.05"), None)]
 
 
 def test_an_error_is_joined_on_its_line_only_and_in_linear_time() -> None:
@@ -609,6 +648,18 @@ def test_an_error_is_joined_on_its_line_only_and_in_linear_time() -> None:
         "The probe reaches an accuracy of 1" + "1" * (64 << 10) + "a" * (64 << 10), "markdown", WORDS, "p.md"
     )
     assert time.perf_counter() - started < 2
+    for joiners in (
+        "_",
+        "(",
+        "<sub>",
+        " \n",
+        "\u200b",
+    ):  # what may stand before an error, never followed by one
+        started = time.perf_counter()
+        statements(
+            f"The probe reaches an accuracy of 97.05{joiners * (64 << 10)}±", "markdown", WORDS, "p.md"
+        )
+        assert time.perf_counter() - started < 2, joiners  # zero-width spaces took 2.4 s, quadratic before
 
 
 def test_a_multirow_cell_prints_its_text() -> None:
@@ -645,6 +696,24 @@ def test_whole_numbers_in_boxes_and_overlays_are_read() -> None:
         "\\scalebox{0.9}{96.90\\%} and \\resizebox{\\linewidth}{!}{96.80}. Its accuracy is \\makebox[2cm]{96.70}."
     )
     assert [text for text, *_ in read] == ["97.05%", "96.90%", "96.80", "96.70"]
+
+
+def test_whole_numbers_in_boxes_and_errors_set_as_indices_are_read_in_table_cells() -> None:
+    """A table cell's text printed nothing for a box (``\\scalebox{0.9}{99.99}``, ``\\mbox{97.05}``), so its
+    number went unchecked, and dropped an error set with ``\\textsubscript``, so a wrong one passed."""
+    table = _tabular(
+        "Run & Accuracy (clean) & Accuracy (noise) \\\\\n\\midrule\n"
+        "probe & \\scalebox{0.9}{97.05} & \\mbox{80.00} \\\\\n"
+        "baseline & 96.00\\textsubscript{$\\pm$0.4} & \\makebox[2em]{79.10} \\\\\n",
+        "\\begin{tabular}{lcc}",
+    )
+    found = statements(table, "latex", WORDS, "paper.tex")
+    assert [(item.printed.value, item.printed.error, item.subject, item.condition) for item in found] == [
+        (Decimal("97.05"), None, "probe", "clean"),
+        (Decimal("80.00"), None, "probe", "noise"),
+        (Decimal("96.00"), Decimal("0.4"), "baseline", "clean"),
+        (Decimal("79.10"), None, "baseline", "noise"),
+    ]
 
 
 def test_whole_numbers_in_colour_are_read() -> None:
@@ -684,6 +753,40 @@ def test_columns_whose_heads_read_alike_pin_no_number_to_their_run() -> None:
         assert (found[0].printed.text, found[0].subject, found[0].unpinned) == ("99.10 %", "probe", None), (
             heads
         )
+
+
+@pytest.mark.parametrize(
+    ("form", "table"),
+    [
+        ("csv", "run,accuracy,accuracy_se\nprobe,0.9705,0.0030\n"),
+        ("markdown", "| run | accuracy (%) | accuracy (s.e.) |\n|---|---|---|\n| probe | 97.05 | 0.30 |\n"),
+        (
+            "latex",
+            _tabular(
+                "Method & Accuracy (\\%) & Accuracy SE \\\\\nprobe & 97.05 & 0.30 \\\\\n",
+                "\\begin{tabular}{lcc}",
+            ),
+        ),
+    ],
+)
+def test_a_standard_error_column_is_the_error_of_the_values_beside_it(form: str, table: str) -> None:
+    """Its cells were read as values of the metric: a correct standard error of 0.30 failed as an accuracy."""
+    found = statements(table, form, WORDS, {"csv": "p.csv", "markdown": "p.md", "latex": "p.tex"}[form])
+    assert [(item.subject, item.metric, item.printed.error) for item in found] == [
+        ("probe", "accuracy", Decimal("0.0030") if form == "csv" else Decimal("0.30"))
+    ]
+
+
+def test_other_spread_columns_are_not_values_and_an_unread_error_cell_is_said() -> None:
+    """A standard deviation or an interval is no spread the capsules hold: its cells are no claims. A
+    standard-error cell that is no plain number leaves the value beside it unwhole."""
+    for heads in ("| run | accuracy | accuracy (std) |", "| run | accuracy | accuracy 95% CI |"):
+        found = statements(f"{heads}\n|---|---|---|\n| probe | 97.05 % | 0.52 |\n", "markdown", WORDS, "p.md")
+        assert [(item.printed.text, item.printed.error, item.printed.error_unread) for item in found] == [
+            ("97.05 %", None, None)
+        ], heads
+    found = statements("run,accuracy,accuracy_se\nprobe,0.9705,n/a\n", "csv", WORDS, "p.csv")
+    assert [(item.printed.error, item.printed.error_unread) for item in found] == [(None, "n/a")]
 
 
 def test_only_whole_character_references_are_drawn_as_their_characters() -> None:
