@@ -24,7 +24,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -399,8 +399,13 @@ class Scope:
                 evidence,
             )
         if printed.error is not None and artifact.error is not None:
+            # The error is in the value's units (97.05 % ± 0.003 % is no error of 0.003), or a percent of its
+            # own beside a share (0.9705 with a standard-error column in %).
+            scale = _agreeing_scale(printed, artifact.value) or 1
+            if printed.error_percent and not printed.percent:
+                scale = _scale(replace(printed, percent=True), artifact.value)
             error = Printed(str(printed.error), printed.error, printed.error_decimals or 0, printed.percent)
-            if not _agrees(error, artifact.error):
+            if not _agrees_at(error, artifact.error, scale):
                 return Judgement(
                     "failed",
                     f"{where}: states ± {printed.error} for {artifact.name}; its standard error over seeds is "
@@ -465,10 +470,19 @@ def _in_units(printed: Printed, artifact: Artifact) -> Decimal:
 
 def _agrees(printed: Printed, value: float) -> bool:
     """``value`` rounds to the printed number at the decimals printed (either meaning of a percent sign)."""
-    scales = {_scale(printed, value), 1} if printed.percent else {1}
-    for scale in scales:
-        decimals = printed.decimals + (2 if scale == 100 else 0)
-        half = Decimal(5) * Decimal(10) ** -(decimals + 1)
-        if abs(Decimal(repr(value)) - printed.value / scale) <= half * (1 + Decimal("1e-9")):
-            return True
-    return False
+    return _agreeing_scale(printed, value) is not None
+
+
+def _agreeing_scale(printed: Printed, value: float) -> int | None:
+    """The meaning of a percent sign under which ``value`` rounds to the printed number: 100 (a share of 1
+    printed in percent) or 1 (the value itself); None where neither does."""
+    for scale in (_scale(printed, value), 1) if printed.percent else (1,):
+        if _agrees_at(printed, value, scale):
+            return scale
+    return None
+
+
+def _agrees_at(printed: Printed, value: float, scale: int) -> bool:
+    decimals = printed.decimals + (2 if scale == 100 else 0)
+    half = Decimal(5) * Decimal(10) ** -(decimals + 1)
+    return abs(Decimal(repr(value)) - printed.value / scale) <= half * (1 + Decimal("1e-9"))

@@ -75,19 +75,26 @@ _NUMBER = re.compile(
     # space is matched one way only and possessively (two in a row made a number before 64 kB of spaces take
     # 27 s), and so are the digits (a number's digits given back one by one before 64 kB of letters took 18 s).
     rf"(?:(?P<pct_err>[^\S\n]?%)?[^\S\n]*+(?:\n[^\S\n]*+)?(?P<index>[_^]|<su[bp]>)?[^\S\n]*+(?P<bracket>[(\[])?"
-    rf"[^\S\n]*+{_PLUS_MINUS}[^\S\n]*+(?P<err>\d++(?:\.\d++)?)(?![\w.]*\d)(?![,{_POINTS}]\d)(?![a-zA-Z])"
+    rf"[^\S\n]*+{_PLUS_MINUS}[^\S\n]*+(?:\n[^\S\n]*+)?(?P<err>\d++(?:\.\d++)?)(?![\w.]*\d)(?![,{_POINTS}]\d)"
+    r"(?![a-zA-Z])"
     r"(?P<pct_in>[^\S\n]?%)?[^\S\n]*+(?(bracket)[)\]])[^\S\n]*+(?:</su[bp]>)?)?"
     r"(?P<pct>\s?%)?"
 )
-# A ± after a number that the number's pattern did not take as its error (``97.05 % (±.9)``, ``± 3e-1``,
-# ``(±0.3 pp)``): the error stated is not read, so the number's claim is not whole.
-_UNREAD_ERROR = re.compile(rf"{_BEFORE_AN_ERROR}{{0,40}}+(?:\n{_BEFORE_AN_ERROR}{{0,40}}+)?{_PLUS_MINUS}")
-# A number right after a ± is an error, not a value: of the number before it, where that one's pattern
-# could not take it, or of none (``± 0.3 %`` alone).
-_AFTER_A_PLUS_MINUS = re.compile(rf"{_PLUS_MINUS}(?:[^\S\n]|[(\[]){{0,10}}$")
+# A ± and digits after a number that the number's pattern did not take as its error (``97.05 % (±.9)``,
+# ``± 3e-1``, ``± 0,9``, ``(±0.3 pp)``): the error stated is not read, so the number's claim is not whole.
+# (A ± that states no number, ``(± denotes the standard error)``, leaves the number whole.)
+_UNREAD_ERROR = re.compile(
+    rf"{_BEFORE_AN_ERROR}{{0,40}}+(?:\n{_BEFORE_AN_ERROR}{{0,40}}+)?{_PLUS_MINUS}[^\S\n]{{0,3}}[\d.,]"
+)
+# A number right after a ± (on its line or the next) is an error, not a value: of the number read before it,
+# when that one is near (``**97.05 %** ± 0.90 %``, ``97.05 % (3 seeds) ± 0.9 %``).
+_AFTER_A_PLUS_MINUS = re.compile(rf"{_PLUS_MINUS}(?:[^\S\n]|[(\[]){{0,10}}(?:\n(?:[^\S\n]|[(\[]){{0,10}})?\Z")
+# How far after the number it belongs to such an error may stand, on one paragraph.
+ERROR_REACH = 40
 _DELTA_BEFORE = re.compile(r"\b(?:by|of up to|improves?|improved|gains?|drops? by)\s+$", re.IGNORECASE)
 _DELTA_AFTER = re.compile(r"^\s*(?:points?|pp\b|p\.p\.|percentage points?|x\b|×|times\b)", re.IGNORECASE)
 _SENTENCE_END = re.compile(r"[.!?;](?=\s)|\n\s*\n")
+_PARAGRAPH_BREAK = re.compile(r"\n[^\S\n]*\n")
 _STAMP = re.compile(
     r"runaudit table:\s*group\s+(?P<group>.+?),\s*test\s+(?P<test>[^;]+);.*?\bin\s+(?P<sidecar>\S+)"
 )
@@ -280,6 +287,7 @@ class Printed:
     error_decimals: int | None = None
     # A ± the document states beside the number in a form the gate does not read (``(±.9)``, ``± 0,9``).
     error_unread: str | None = None
+    error_percent: bool = False  # the error has a percent sign of its own, the value none (a column's)
 
 
 @dataclass(frozen=True)
@@ -361,16 +369,15 @@ def format_of(path: Path) -> str | None:
 def parse_number(found: re.Match[str]) -> Printed | None:
     """The :class:`Printed` of one match of the number pattern; None for a number that is no result.
 
-    A number right after a ± is the error of another (or of none), never a value of its own.
+    A ± set as a superscript of a whole number (``$2^{\\pm1}$``, ``$0.5^{\\pm 1}$``) makes a power, not an error.
     """
     integer, fraction = found.group("int"), found.group("frac")
     error = found.group("err")
+    if error is not None and found.group("index") in ("^", "<sup>") and "." not in error:
+        error = None
     percent = any(found.group(name) is not None for name in ("pct", "pct_err", "pct_in"))
-    text = found.string
-    if _AFTER_A_PLUS_MINUS.search(text, max(found.start() - 16, 0), found.start()):
-        return None
-    if fraction is None and not percent and (error is None or found.group("index") in ("^", "<sup>")):
-        return None  # an integer: a count, a year, an epoch; 2^{±1} is a power
+    if fraction is None and not percent and error is None:
+        return None  # an integer: a count, a year, an epoch
     sign = "-" if found.group("sign") in ("-", "−") else ""
     try:
         value = Decimal(f"{sign}{integer}.{fraction or '0'}")
@@ -378,12 +385,37 @@ def parse_number(found: re.Match[str]) -> Printed | None:
     except InvalidOperation:
         return None
     unread = None
-    if error is None and (beside := _UNREAD_ERROR.match(text, found.end())) is not None:
-        unread = " ".join(text[beside.start() : beside.end() + 12].split())
+    if error is None and (beside := _UNREAD_ERROR.match(found.string, found.end())) is not None:
+        unread = " ".join(found.string[beside.start() : beside.end() + 12].split())
     error_decimals = len(error.partition(".")[2]) if error is not None else None
-    return Printed(
-        found.group(0).strip(), value, len(fraction or ""), percent, spread, error_decimals, unread
-    )
+    shown = " ".join(found.group(0).split())  # one line, though the error may stand on the next
+    return Printed(shown, value, len(fraction or ""), percent, spread, error_decimals, unread)
+
+
+def read_numbers(text: str) -> list[tuple[re.Match[str], Printed | None]]:
+    """Every number in ``text`` with its :class:`Printed` (None for one that is no result).
+
+    A number right after a ± near the number read before it is that number's error, which its pattern did
+    not take (``**97.05 %** ± 0.90 %``; a second ± after one it did): never a value of its own, and the
+    number before it is noted as stating an error the gate does not read. A ± with no number near before
+    it leaves what follows a number of its own.
+    """
+    read: list[tuple[re.Match[str], Printed | None]] = []
+    last: int | None = None  # the entry of the last number that is a result
+    for found in _NUMBER.finditer(text):
+        if last is not None and _AFTER_A_PLUS_MINUS.search(text, max(found.start() - 24, 0), found.start()):
+            before, value = read[last]
+            between = text[before.end() : found.start()]
+            if value is not None and len(between) <= ERROR_REACH and not _PARAGRAPH_BREAK.search(between):
+                stated = " ".join(text[before.end() : found.end()].split())
+                read[last] = (before, replace(value, error_unread=value.error_unread or stated))
+                read.append((found, None))
+                continue
+        printed = parse_number(found)
+        read.append((found, printed))
+        if printed is not None:
+            last = len(read) - 1
+    return read
 
 
 # -- prose -------------------------------------------------------------------------------------------------
@@ -434,7 +466,7 @@ def prose_statements(
     separators = [hit.start() for hit in _SEPARATOR.finditer(text)]
     bounds = [0, *(found.end() for found in _SENTENCE_END.finditer(text)), len(text)]
     paragraph_breaks = [found.start() for found in re.finditer(r"\n\s*\n", text)]
-    numbers = [(found, parse_number(found)) for found in _NUMBER.finditer(text)]
+    numbers = read_numbers(text)
     anchors = _anchored(text, prose.anchors, numbers, paragraph_breaks)
     for index, (found, printed) in enumerate(numbers):
         anchor = anchors.get(index)
@@ -443,7 +475,15 @@ def prose_statements(
         if printed is None:
             if anchor is None:
                 continue
-            printed = Printed(found.group(0).strip(), Decimal(found.group(0).strip().lstrip("+")), 0, False)
+            # An anchored count, a power's base or an error read alone: the number as written, no more.
+            sign = "-" if found.group("sign") in ("-", "−") else ""
+            fraction = found.group("frac") or ""
+            printed = Printed(
+                sign + found.group("int") + (f".{fraction}" if fraction else ""),
+                Decimal(f"{sign}{found.group('int')}.{fraction or '0'}"),
+                len(fraction),
+                False,
+            )
         if anchor is None and _is_delta(text, found):
             continue
         sentence = bisect.bisect_right(bounds, found.start())
@@ -614,23 +654,24 @@ def table_statements(
     columns = [(vocabulary.first("metrics", head), vocabulary.first("conditions", head)) for head in heads]
     percent = [bool(_PERCENT_HEAD.search(head)) for head in heads]
     deltas = [bool(_DELTA_HEAD.search(head)) for head in heads]
-    spreads = [bool(_SPREAD_HEAD.search(head) and not _VALUE_HEAD.search(head)) for head in heads]
+    # A column of a metric's spread (``accuracy_se``, ``Accuracy (std)``) beside a column of its values: no
+    # values of its own. Alone, its head only says what its cells carry (``accuracy (95% CI)`` over ``97.05
+    # (96.50-97.60)``): a column of values.
+    spread_heads = [bool(_SPREAD_HEAD.search(head) and not _VALUE_HEAD.search(head)) for head in heads]
+    values_of: dict[tuple[str | None, str | None], list[int]] = {}
+    for index in range(1, len(heads)):
+        if columns[index][0] is not None and not deltas[index] and not spread_heads[index]:
+            values_of.setdefault(columns[index], []).append(index)
+    spreads = [spread_heads[index] and columns[index] in values_of for index in range(len(heads))]
     # Columns whose heads read the same (``accuracy (clean)`` over a header row of epochs or shots): what
     # tells them apart is not read, so a row names its run but no column pins a number to that run's value.
-    values = [
-        index
-        for index in range(1, len(heads))
-        if columns[index][0] is not None and not deltas[index] and not spreads[index]
-    ]
-    repeated = Counter(columns[index] for index in values)
-    # A standard-error column beside the one column of its metric's values: each cell is that value's error.
-    errors_of = {
-        value: index
-        for index in range(1, len(heads))
-        if spreads[index] and _STANDARD_ERROR_HEAD.search(heads[index])
-        for value in values
-        if columns[value] == columns[index] and repeated[columns[index]] == 1
-    }
+    repeated = Counter({column: len(indices) for column, indices in values_of.items()})
+    # The standard-error columns beside the one column of their metric's values: each cell is that value's
+    # error (two such columns state two errors, and the value's is not read).
+    errors_of: dict[int, list[int]] = {}
+    for index in range(1, len(heads)):
+        if spreads[index] and _STANDARD_ERROR_HEAD.search(heads[index]) and repeated[columns[index]] == 1:
+            errors_of.setdefault(values_of[columns[index]][0], []).append(index)
     for row in rows:
         label = row.cells[0] if row.cells else ""
         if not any(
@@ -670,14 +711,20 @@ def table_statements(
                     continue
             if metric is None and anchor is None:
                 continue
-            for found in _NUMBER.finditer(_CODE_SPAN.sub(" ", _MD_COMMENT.sub(" ", cell))):
-                printed = parse_number(found)
+            for found, printed in read_numbers(_CODE_SPAN.sub(" ", _MD_COMMENT.sub(" ", cell))):
                 if printed is None or (found.group("sign") == "+" and anchor is None):
                     continue
                 if percent[column] and not printed.percent:
                     printed = replace(printed, percent=True)
-                if column in errors_of and printed.error is None and printed.error_unread is None:
-                    printed = _with_error_from(printed, row.cells[errors_of[column]])
+                if column in errors_of:
+                    printed = _with_error_from(
+                        printed,
+                        [
+                            (heads[index], row.cells[index])
+                            for index in errors_of[column]
+                            if index < len(row.cells)
+                        ],
+                    )
                 yield _statement(
                     document,
                     source,
@@ -700,15 +747,35 @@ def table_statements(
                 break  # one claim per cell: "46.4 ± 2.0 (n=3)" is one number with its error
 
 
-def _with_error_from(printed: Printed, cell: str) -> Printed:
-    """``printed`` with the standard error its row states in a column of its own (``accuracy_se``); where that
-    cell holds anything but one plain number, the error is noted as unread (an empty cell states none)."""
-    numbers = list(_NUMBER.finditer(_CODE_SPAN.sub(" ", _MD_COMMENT.sub(" ", cell))))
-    shown = " ".join(cell.split())
-    if len(numbers) != 1 or numbers[0].group("err") is not None or numbers[0].group("sign") is not None:
-        return replace(printed, error_unread=shown) if shown else printed
-    integer, fraction = numbers[0].group("int"), numbers[0].group("frac")
-    return replace(printed, error=Decimal(f"{integer}.{fraction or '0'}"), error_decimals=len(fraction or ""))
+def _with_error_from(printed: Printed, columns: Sequence[tuple[str, str]]) -> Printed:
+    """``printed`` with the standard error its row states in a column of its own (``accuracy_se``: head and
+    cell of each such column). A cell that is no plain number, a second such column, or an error the value's
+    own cell states otherwise, is noted as an error the gate does not read; an empty cell states none."""
+    stated = [(head, " ".join(cell.split())) for head, cell in columns if cell.strip()]
+    if not stated:
+        return printed
+    head, shown = stated[0]
+    numbers = [
+        (found, number)
+        for found, number in read_numbers(_CODE_SPAN.sub(" ", _MD_COMMENT.sub(" ", shown)))
+        if number is not None
+    ]
+    if (
+        len(stated) > 1
+        or len(numbers) != 1
+        or numbers[0][1].error is not None
+        or numbers[0][1].error_unread is not None
+        or numbers[0][0].group("sign") is not None
+        or (printed.error is not None and printed.error != numbers[0][1].value)
+    ):
+        return replace(printed, error_unread=printed.error_unread or "; ".join(cell for _, cell in stated))
+    error = numbers[0][1]
+    return replace(
+        printed,
+        error=error.value,
+        error_decimals=error.decimals,
+        error_percent=error.percent or bool(_PERCENT_HEAD.search(head)),
+    )
 
 
 def _exact_subject(vocabulary: Vocabulary, label: str) -> str | None:
@@ -1171,7 +1238,7 @@ def _converter() -> Any:
                     if re.match(_PLUS_MINUS, content.strip())
                     else " "
                 )
-            return f" {content} " if spaced else content
+            return f" {_BOXED[0]}{content}{_BOXED[1]} " if spaced else content
 
         return printed
 
@@ -1188,15 +1255,37 @@ def _converter() -> Any:
     return LatexNodes2Text(latex_context=context, math_mode="text")
 
 
-def _latex_text(latex: str) -> str:
-    """What ``latex`` prints, through pylatexenc's latex2text (``\\percent`` as %, siunitx's unit)."""
+# What a box that may draw at no size or out of place prints is set between these in a table cell's text.
+_BOXED = ("\ue004", "\ue005")
+_UNBOXED = str.maketrans("", "", "".join(_BOXED))
+
+
+def _latex_text(latex: str, *, boxed: bool = False) -> str:
+    """What ``latex`` prints, through pylatexenc's latex2text (``\\percent`` as %, siunitx's unit); with
+    ``boxed``, what a reshaping box prints stands between the :data:`_BOXED` marks."""
     try:
         # The walker's context, built once: a fresh default one per call was most of a small cell's cost.
-        return str(
+        text = str(
             _converter().latex_to_text(latex.replace("\\percent", "\\%"), latex_context=_walker_context())
         )
     except Exception:  # noqa: BLE001 - pylatexenc on hostile input (a KeyError for \\textcolor{{r}}): text unread
         return " "
+    return text if boxed else text.translate(_UNBOXED)
+
+
+def _split_boxed(text: str) -> tuple[str, str]:
+    """What of ``text`` stands between :data:`_BOXED` marks (nested or not), and what stands outside them."""
+    inside: list[str] = []
+    outside: list[str] = []
+    depth = 0
+    for char in text:
+        if char == _BOXED[0]:
+            depth += 1
+        elif char == _BOXED[1]:
+            depth = max(depth - 1, 0)
+        else:
+            (inside if depth else outside).append(char)
+    return "".join(inside), "".join(outside)
 
 
 def _latex_table(environment, line_at, document) -> tuple[list[str], list[Row]]:  # type: ignore[no-untyped-def]
@@ -1219,7 +1308,18 @@ def _latex_table(environment, line_at, document) -> tuple[list[str], list[Row]]:
                     "above (a negative space after \\\\): two rows are typeset as one"
                 )
             raw = re.sub(r"^\s*\[[^\]]*\]", "", raw)
-        text = _latex_text(_math_spaced(raw)).strip()
+        text = _latex_text(_math_spaced(raw), boxed=True).strip()
+        if _BOXED[0] in text:
+            # The gate reads one number per cell: a box that may draw its own at no size or out of place
+            # (\\scalebox{0}{97.05} 99.99) would stand for the number the page shows beside it.
+            inside, outside = _split_boxed(text)
+            if _ASCII_DIGIT.search(inside) and _ASCII_DIGIT.search(outside):
+                raise DocumentError(
+                    f"{document}: a cell of the tabular at line {line_at(start or environment.pos)} holds a box that may "
+                    f"draw its digits at no size or out of place ({inside.strip()[:20]!r}) beside other digits "
+                    f"({outside.strip()[:20]!r}): what is checked would not be what is shown (docs/claims.md)"
+                )
+            text = text.translate(_UNBOXED)
         if pending_span > 1:  # spans columns: a heading over each, never one column's number
             text = SPAN + text
         cells.extend([text] * pending_span)
@@ -1563,9 +1663,14 @@ def hidden_number(text: str, form: str) -> str | None:
     return None
 
 
+_CONTROL = re.compile("[\x00-\x1f\x7f]")
+
+
 def _escaped(text: str) -> str:
-    """``text`` quoted with everything beyond ASCII escaped, so that an invisible character shows."""
-    return "'" + text.encode("ascii", "backslashreplace").decode("ascii") + "'"
+    """``text`` quoted with everything beyond ASCII escaped, so that an invisible character shows, and line
+    breaks and other control characters too, so that the message stays one line."""
+    shown = text.encode("ascii", "backslashreplace").decode("ascii")
+    return "'" + _CONTROL.sub(lambda found: repr(found.group())[1:-1], shown) + "'"
 
 
 def _where(text: str, start: int, end: int) -> str:

@@ -7,11 +7,13 @@ a training run differ across CPUs.
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 import re
 import shutil
 from collections.abc import Callable
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -325,6 +327,34 @@ def test_a_number_with_no_artifact_is_listed_not_run(
     assert last["verdict"] == "passed", last
     assert {item["verdict"] for item in verdicts.values()} == {"passed", "not_run"}
     assert outcome.result.ret == 0  # listed as disclosures; --runaudit-strict would fail them
+
+
+def test_an_error_is_held_in_its_values_units_and_a_standard_error_column_in_percent_is_read(
+    run_audits: Callable[..., AuditRun], delivered: dict[str, Any], tmp_path: Path
+) -> None:
+    """``97.05 % ± 0.003 %`` passed against a standard error of 0.003: the error was read on the other meaning
+    of its percent sign than its value. A standard-error column in % beside a share failed as a value."""
+    with (delivered["docs"] / "results.csv").open(encoding="utf-8") as stream:
+        [shown] = [
+            row["shown"]
+            for row in csv.DictReader(stream)
+            if (row["arm"], row["metric"], row["condition"]) == (ARM, "accuracy", "clean")
+        ]
+    value, error = re.findall(r"\d+\.\d+", shown)[:2]  # as generated: "0.97 ± 0.012 (n=3)"
+    decimals = len(error.partition(".")[2])
+    in_percent = f"{Decimal(error) * 100:.{max(decimals - 2, 0)}f}"
+    percent_value = f"{Decimal(value) * 100:.{max(len(value.partition('.')[2]) - 2, 0)}f}"
+    document = tmp_path / "spread.md"
+    document.write_text(
+        f"| arm | accuracy (clean) | accuracy (clean) s.e. (%) |\n|---|---|---|\n| {ARM} | {value} | {in_percent} % |\n\n"
+        f"The {ARM} arm reaches a clean accuracy of {percent_value} % ± {error} %.\n",
+        encoding="utf-8",
+    )
+    verdicts = _by_line(_claims(run_audits, delivered, document))
+    column = verdicts["spread.md:3:1"]
+    assert column["verdict"] == "passed", column  # the s.e. cell was a failed accuracy of its own
+    scaled = verdicts["spread.md:5:1"]
+    assert scaled["verdict"] == "failed" and "standard error" in scaled["message"], scaled  # passed before
 
 
 def test_a_number_naming_no_condition_is_held_to_the_headline_condition(

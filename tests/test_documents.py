@@ -613,6 +613,30 @@ def test_an_error_in_a_form_not_read_leaves_its_number_unwhole(form: str, stated
     assert found.printed.error_unread is not None and found.printed.error_unread.startswith(unread)
 
 
+@pytest.mark.parametrize(
+    ("form", "stated"),
+    [
+        ("markdown", "**97.05 %** ± 0.90 %"),
+        ("markdown", "97.05 %<sup>1</sup> ± 0.90 %"),
+        ("markdown", "97.05 % (3 seeds) ± 0.90 %"),
+        ("markdown", "97.05 % ± 0.3 % ± 0.9 %"),
+        ("latex", r"\textbf{97.05\%}$^\dagger$ $\pm$ 0.90"),
+    ],
+)
+def test_an_error_the_pattern_cannot_join_is_no_value_and_leaves_its_number_unwhole(
+    form: str, stated: str
+) -> None:
+    """Its digits were a claim of their own, and skipping them passed a wrong error with its value: the
+    error belongs to the number read just before it, which the gate then lists ``not_run``."""
+    document = "p.tex" if form == "latex" else "p.md"
+    [found] = statements(f"The probe reaches an accuracy of {stated} on clean data.", form, WORDS, document)
+    assert found.printed.value == Decimal("97.05") and found.printed.error_unread is not None
+    assert "0.9" in found.printed.error_unread
+    # A ± with no number near before it leaves what follows a number of its own.
+    [alone] = statements("The probe, within ±\n99.99 % accuracy on clean data.", "markdown", WORDS, "p.md")
+    assert (alone.printed.value, alone.printed.error_unread) == (Decimal("99.99"), None)
+
+
 def test_a_plus_minus_in_a_superscript_of_an_integer_is_a_power() -> None:
     """``$2^{\\pm1}$`` is two to the power ±1, no number with its error."""
     read = statements(
@@ -696,6 +720,22 @@ def test_whole_numbers_in_boxes_and_overlays_are_read() -> None:
         "\\scalebox{0.9}{96.90\\%} and \\resizebox{\\linewidth}{!}{96.80}. Its accuracy is \\makebox[2cm]{96.70}."
     )
     assert [text for text, *_ in read] == ["97.05%", "96.90%", "96.80", "96.70"]
+
+
+def test_a_box_beside_other_digits_in_a_table_cell_refuses_the_document() -> None:
+    """The gate reads one number per cell: ``\\scalebox{0}{97.05} 99.99`` passed as 97.05, which the page does
+    not show, once the box's content was printed."""
+    for box in (r"\scalebox{0}{97.05}", r"\raisebox{50cm}{97.05}", r"{\scalebox{0}{\mbox{97.05}}}\,"):
+        with pytest.raises(DocumentError, match="what is checked would not be what is shown"):
+            statements(
+                _tabular(f"Run & Accuracy (clean) \\\\\nprobe & {box} 99.99 \\\\\n"), "latex", WORDS, "p.tex"
+            )
+
+
+def test_an_error_after_markup_in_a_table_cell_is_not_dropped() -> None:
+    """``**97.05** ± 0.90``: the cell's one claim was 97.05, and its wrong error was never read."""
+    [found] = statements(_table("**97.05** ± 0.90"), "markdown", WORDS, "p.md")
+    assert found.printed.error_unread is not None and "0.90" in found.printed.error_unread
 
 
 def test_whole_numbers_in_boxes_and_errors_set_as_indices_are_read_in_table_cells() -> None:
@@ -787,6 +827,35 @@ def test_other_spread_columns_are_not_values_and_an_unread_error_cell_is_said() 
         ], heads
     found = statements("run,accuracy,accuracy_se\nprobe,0.9705,n/a\n", "csv", WORDS, "p.csv")
     assert [(item.printed.error, item.printed.error_unread) for item in found] == [(None, "n/a")]
+    # Two standard errors for one value, or one that contradicts the value's own: neither is read.
+    for table in (
+        "run,accuracy,accuracy_se,accuracy_sem\nprobe,0.9705,0.0090,0.0030\n",
+        "run,accuracy,accuracy_se\nprobe,0.9705 ± 0.003,0.009\n",
+    ):
+        [found] = statements(table, "csv", WORDS, "p.csv")
+        assert found.printed.error_unread is not None and "0.009" in found.printed.error_unread, table
+    # A row shorter than its header (an IndexError before), and a standard error in % beside a share.
+    assert [
+        item.printed.error
+        for item in statements("run,accuracy,accuracy_se\nprobe,0.9705\n", "csv", WORDS, "p.csv")
+    ] == [None]
+    [share] = statements("run,accuracy,accuracy_se (%)\nprobe,0.9705,0.3\n", "csv", WORDS, "p.csv")
+    assert (share.printed.percent, share.printed.error, share.printed.error_percent) == (
+        False,
+        Decimal("0.3"),
+        True,
+    )
+
+
+def test_a_spread_head_alone_names_the_column_of_values() -> None:
+    """``accuracy (95% CI)`` over ``99.99 (96.50-97.60)`` says what the cells carry with their values: with
+    no other column of the metric, its cells are its values (skipped, a wrong one passed its document)."""
+    for heads, cell in (
+        ("| run | accuracy (95% CI) |", "99.99 (96.50-97.60)"),
+        ("| run | accuracy (std) |", "99.99 ± 0.52"),
+    ):
+        [found] = statements(f"{heads}\n|---|---|\n| probe | {cell} |\n", "markdown", WORDS, "p.md")
+        assert (found.printed.value, found.subject) == (Decimal("99.99"), "probe"), heads
 
 
 def test_only_whole_character_references_are_drawn_as_their_characters() -> None:
