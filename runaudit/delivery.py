@@ -194,6 +194,12 @@ class Scope:
 
     def judge(self, statement: Statement, folder: Path) -> Judgement:
         """The verdict on one number; ``folder`` holds the document (and a generated table's sidecar)."""
+        if statement.unchecked is not None:
+            return Judgement(
+                "not_run",
+                f"{_where(statement)}: {statement.printed.text} is not checked: {statement.unchecked} (see "
+                f"{VERIFY_DOC})",
+            )
         if statement.anchor is not None:
             return self._anchored(statement)
         if statement.stamp is not None or statement.provenance:
