@@ -58,10 +58,13 @@ IGNORE = "ignore"
 # as a number (``05 %`` alone would claim 5 %). Nor is a number right after ``;``: the end of a character
 # reference (``88&middot;05``) in Markdown's source.
 _POINTS = "·\u0387\u2024\u2219\u22c5\u066b\uff0e\u00a0\u2007\u2009\u202f"
-_PLUS_MINUS = r"(?:±|\+/-|\+-)"
-# A ± that states an error: digits after it (or emphasis and digits), or what the gate does not read (a code
-# span, read as blank) before a percent sign, the end of the text or more blank.
-_STATED_ERROR = rf"{_PLUS_MINUS}(?:[^\S\n]{{0,3}}\*{{0,3}}[\d.,]|[^\S\n]*+(?:%|\Z)|[^\S\n]{{3}})"
+_PLUS_MINUS = r"(?:±|\+/-|\+-|\\pm(?![A-Za-z]))"  # \pm as Markdown's math writes it ($97.05 \pm 0.9$)
+# A ± that states an error: digits after it, past markup (emphasis, a bracket, math, a tag), or what the gate
+# does not read (a code span, read as blank) before a percent sign, the end of the text or more blank.
+_STATED_ERROR = (
+    rf"{_PLUS_MINUS}(?:(?:[^\w\n]|_){{0,6}}(?:<[A-Za-z]{{1,10}}>(?:[^\w\n]|_){{0,3}})?\d"
+    r"|[^\S\n]*+(?:%|\Z)|[^\S\n]{3})"
+)
 # What may stand between a number and its ± on the page: white space with at most one line break (a
 # paragraph's own wrapping), the number's percent sign, an index or superscript, a bracket, and characters
 # drawn as nothing (``97.05 %<U+200B>± 0.3 %``).
@@ -180,7 +183,7 @@ LATEX_SIUNITX = frozenset(
 )
 # Boxes: their last argument is what they print (an empty one, nothing); phantoms print a gap as wide as it.
 LATEX_BOXES = {
-    "mbox": "{", "hbox": "{", "makebox": "[[{", "framebox": "[[{", "raisebox": "{[[{", "resizebox": "{{{",
+    "mbox": "{", "hbox": "{", "makebox": "[[{", "framebox": "[[{", "raisebox": "{[[{", "resizebox": "*{{{",
     "scalebox": "{[{", "rlap": "{", "llap": "{", "smash": "[{", "textsuperscript": "{", "textsubscript": "{",
     "phantom": "{", "hphantom": "{", "vphantom": "{", "discretionary": "{{{",
 }  # fmt: skip
@@ -188,7 +191,7 @@ LATEX_BOXES = {
 LATEX_OVERPRINTS = frozenset({"rlap", "llap", "vphantom"})
 # Boxes that may draw what they hold at no size, out of place or over its neighbour (``\scalebox{0}{9}7.05``
 # shows 7.05): what they print is read as a word of its own, so a number they split is refused.
-LATEX_RESHAPING = frozenset({"scalebox", "resizebox", "makebox", "raisebox"})
+LATEX_RESHAPING = frozenset({"scalebox", "resizebox", "makebox", "framebox", "raisebox"})
 # Arguments pylatexenc does not know, which it would read as text (``\nolinebreak[4]``, ``\ding{51}``).
 LATEX_OPTIONS = {"nolinebreak": "[", "linebreak": "[", "footnotemark": "[", "tnote": "{", "ding": "{"}
 # Boxes shown as a mark or a gap beside what they follow, never part of it: ``98.1\\textsuperscript{1}`` is
@@ -383,7 +386,8 @@ def parse_number(found: re.Match[str]) -> Printed | None:
     integer, fraction = found.group("int"), found.group("frac")
     error = found.group("err")
     percent = any(found.group(name) is not None for name in ("pct", "pct_err", "pct_in"))
-    if error is not None and found.group("index") in ("^", "<sup>") and fraction is None and not percent:
+    whole = fraction is None and not percent and error is not None and "." not in error
+    if whole and found.group("index") in ("^", "<sup>"):
         return None  # a power of a whole number, 2^{±1}
     if fraction is None and not percent and error is None:
         return None  # an integer: a count, a year, an epoch
@@ -403,13 +407,14 @@ def parse_number(found: re.Match[str]) -> Printed | None:
     return Printed(shown, value, len(fraction or ""), percent, spread, error_decimals, unread)
 
 
-def read_numbers(text: str) -> list[tuple[re.Match[str], Printed | None]]:
+def read_numbers(text: str, *, cell: bool = False) -> list[tuple[re.Match[str], Printed | None]]:
     """Every number in ``text`` with its :class:`Printed` (None for one that is no result).
 
     A ± stating an error that no number's pattern took, near after a result in its sentence, is that
     result's error, which the gate does not read (``**97.05 %** ± 0.90 %``, ``97.05 % (3 seeds) +/-0.9 %``, a
     second ±): the result is noted so, and a number after that ± is never a value of its own. A ± with no
-    result near before it leaves what follows a number of its own.
+    result near before it leaves what follows a number of its own. In a table ``cell`` a point or semicolon
+    ends no sentence (``97.05 (s.e. ± 0.9)``).
     """
     read: list[tuple[re.Match[str], Printed | None]] = [
         (found, parse_number(found)) for found in _NUMBER.finditer(text)
@@ -426,10 +431,11 @@ def read_numbers(text: str) -> list[tuple[re.Match[str], Printed | None]]:
             continue
         entry = results[before]
         found, printed = read[entry]
-        between = text[found.end() : sign.start()]
-        if printed is None or len(between) > ERROR_REACH or _SENTENCE_OR_PARAGRAPH_END.search(between):
+        if printed is None or sign.start() - found.end() > ERROR_REACH:
             continue
-        line_end = text.find("\n", sign.end())
+        if not cell and _SENTENCE_OR_PARAGRAPH_END.search(text, found.end(), sign.start()):
+            continue
+        line_end = text.find("\n", sign.end(), sign.end() + 16)
         stated = " ".join(
             text[found.end() : min(sign.end() + 16, line_end if line_end >= 0 else len(text))].split()
         )
@@ -768,7 +774,14 @@ def table_statements(
                     continue
             if metric is None and anchor is None:
                 continue
-            for found, printed in read_numbers(_CODE_SPAN.sub(" ", _MD_COMMENT.sub(" ", cell))):
+            if cell.startswith(_HIDDEN_BESIDE):
+                raise DocumentError(
+                    f"{document}: a cell of the table's row at line {row.line} holds a box that may draw its digits "
+                    f"at no size or out of place, or a negative skip, beside other digits "
+                    f"({_escaped(cell[1:].translate(_UNBOXED).strip()[:40])}): what is checked would not be what is "
+                    "shown (docs/claims.md)"
+                )
+            for found, printed in read_numbers(_CODE_SPAN.sub(" ", _MD_COMMENT.sub(" ", cell)), cell=True):
                 if printed is None or (found.group("sign") == "+" and anchor is None):
                     continue
                 if percent[column] and not printed.percent:
@@ -820,7 +833,7 @@ def _with_error_from(printed: Printed, columns: Sequence[tuple[str, str]]) -> Pr
     head, shown = stated[0]
     numbers = [
         (found, number)
-        for found, number in read_numbers(_CODE_SPAN.sub(" ", _MD_COMMENT.sub(" ", shown)))
+        for found, number in read_numbers(_CODE_SPAN.sub(" ", _MD_COMMENT.sub(" ", shown)), cell=True)
         if number is not None
     ]
     if (
@@ -1301,9 +1314,7 @@ def _converter() -> Any:
                     if re.match(_PLUS_MINUS, content.strip())
                     else " "
                 )
-            if spaced and not _drawn_in_place(node.macroname, arguments[:-1]):
-                return f" {_BOXED[0]}{content}{_BOXED[1]} "
-            return content
+            return f" {_BOXED[0]}{content}{_BOXED[1]} " if spaced else content
 
         return printed
 
@@ -1324,65 +1335,6 @@ def _converter() -> Any:
 _BOXED = ("\ue004", "\ue005")
 _UNBOXED = str.maketrans("", "", "".join(_BOXED))
 _NOT_A_MARK = str.maketrans(dict.fromkeys(_BOXED, "\ufffd"))  # the same characters in a source are no marks
-# TeX's units in points, and the widths a box may be given in (a fraction of the line is as wide as needed).
-_POINTS_PER = {
-    "pt": 1.0,
-    "bp": 1.00375,
-    "mm": 2.845,
-    "cm": 28.45,
-    "in": 72.27,
-    "pc": 12.0,
-    "em": 10.0,
-    "ex": 4.3,
-}
-_LENGTH = re.compile(r"\s*(?P<number>-?(?:\d+\.?\d*|\.\d+))\s*(?P<unit>pt|bp|mm|cm|in|pc|em|ex)\s*")
-_LINE_WIDTH = re.compile(r"\s*(?:\d*\.?\d+)?\s*\\(?:linewidth|textwidth|columnwidth|hsize)\s*")
-_FACTOR = re.compile(r"\s*(?:\d+\.?\d*|\.\d+)\s*")
-# A box drawn about its size and place: a factor, widths and a lift within these, written as numbers.
-SCALES_SHOWN = (0.25, 4.0)
-WIDTH_SHOWN_PT = 10.0
-LIFT_SHOWN_PT = 10.0
-
-
-def _points(argument: str) -> float | None:
-    if (found := _LENGTH.fullmatch(argument)) is None:
-        return None
-    return float(found.group("number")) * _POINTS_PER[found.group("unit")]
-
-
-def _drawn_in_place(box: str, arguments: Sequence[Any]) -> bool:
-    """Whether a reshaping box's own arguments, written as numbers, draw what it holds at about its size and
-    in place (``\\scalebox{0.9}``, ``\\makebox[2.5em][r]``, ``\\raisebox{1pt}``); a macro, a zero, a huge
-    lift or a narrow width may hide it or set it over its neighbours."""
-    written = [None if part is None else part.latex_verbatim()[1:-1] for part in arguments]
-    if box == "scalebox":
-        return all(
-            factor is None
-            or (_FACTOR.fullmatch(factor) is not None and SCALES_SHOWN[0] <= float(factor) <= SCALES_SHOWN[1])
-            for factor in written[:2]
-        )
-    if box == "resizebox":
-        sizes = written[:2]
-        return all(
-            size is not None
-            and (
-                size.strip() == "!"
-                or _LINE_WIDTH.fullmatch(size) is not None
-                or (_points(size) or 0) >= WIDTH_SHOWN_PT
-            )
-            for size in sizes
-        ) and any(size is not None and size.strip() != "!" for size in sizes)
-    if box == "makebox":
-        width = written[0] if written else None
-        return (
-            width is None
-            or _LINE_WIDTH.fullmatch(width) is not None
-            or (_points(width) or 0) >= WIDTH_SHOWN_PT
-        )
-    if box == "raisebox":
-        lift = _points(written[0]) if written and written[0] is not None else None
-        return lift is not None and abs(lift) <= LIFT_SHOWN_PT
-    return True
 
 
 def _latex_text(latex: str, *, boxed: bool = False) -> str:
@@ -1398,8 +1350,8 @@ def _latex_text(latex: str, *, boxed: bool = False) -> str:
 
 
 def _parts_with_digits(text: str) -> list[str]:
-    """The parts of ``text`` that hold digits, one per box (by the :data:`_BOXED` marks, nested or not) and
-    one for what stands outside every box."""
+    """The parts of ``text`` that hold digits other than an error's, one per box (by the :data:`_BOXED` marks,
+    nested or not) and one for what stands outside every box."""
     parts: dict[int, list[str]] = {}
     stack = [0]
     opened = 0
@@ -1412,7 +1364,19 @@ def _parts_with_digits(text: str) -> list[str]:
                 stack.pop()
         else:
             parts.setdefault(stack[-1], []).append(char)
-    return ["".join(chars) for chars in parts.values() if _ASCII_DIGIT.search("".join(chars))]
+    shown = ["".join(chars) for chars in parts.values()]
+    return [part for part in shown if _ASCII_DIGIT.search(part) and not _AN_ERROR_ALONE.match(part)]
+
+
+# A box that holds only an error, a gain or a mark (97.05\scalebox{0.75}{$\pm$0.3}, 97.05 \scalebox{0.7}{(+1.05)},
+# 97.05\makebox[0pt][l]{$^{1}$}), which a cell never reads as its value: what it hides is checked with the
+# value, or nowhere.
+_AN_ERROR_ALONE = re.compile(rf"\s*(?:[_^]|[(\[]?\s*(?:{_PLUS_MINUS}|\+\s*\d))")
+# A negative skip moves what follows it back over what stands before it (\hspace{-50cm}97.05\hspace{50cm} 99.99).
+_NEGATIVE_SKIP = re.compile(r"\\(?:hspace\*?|hskip|kern|mkern|mskip)\s*\{?\s*-")
+# Starts a cell's text where a box that may hide its digits stands beside other digits: such a cell is refused
+# where the gate would read it, in a column of a metric (a row's label or a table of settings is not read).
+_HIDDEN_BESIDE = "\ue003"
 
 
 def _latex_table(environment, line_at, document) -> tuple[list[str], list[Row]]:  # type: ignore[no-untyped-def]
@@ -1436,18 +1400,16 @@ def _latex_table(environment, line_at, document) -> tuple[list[str], list[Row]]:
                 )
             raw = re.sub(r"^\s*\[[^\]]*\]", "", raw)
         text = _latex_text(_math_spaced(raw), boxed=True).strip()
-        if _BOXED[0] in text:
+        if _BOXED[0] in text or _NEGATIVE_SKIP.search(raw):
             # The gate reads one number per cell: a box that may draw its digits at no size or out of place
-            # (\\scalebox{0}{97.05} 99.99, in one box or another) would stand for what the page shows beside it.
+            # (\\scalebox{0}{97.05} 99.99, in one box or another), or digits a negative skip moves, would stand
+            # for what the page shows beside them.
             parts = _parts_with_digits(text)
-            if len(parts) > 1:
-                raise DocumentError(
-                    f"{document}: a cell of the tabular at line {line_at(start or environment.pos)} holds a box "
-                    f"that may draw its digits at no size or out of place, beside other digits "
-                    f"({' | '.join(_escaped(part.strip()[:20]) for part in parts[:3])}): what is checked would "
-                    "not be what is shown (docs/claims.md)"
-                )
-            text = text.translate(_UNBOXED)
+            moved = (
+                _NEGATIVE_SKIP.search(raw) is not None and len(_NUMBER.findall(text.translate(_UNBOXED))) > 1
+            )
+            hidden = cells and (len(parts) > 1 or moved)
+            text = _HIDDEN_BESIDE + text if hidden else text.translate(_UNBOXED)
         if pending_span > 1:  # spans columns: a heading over each, never one column's number
             text = SPAN + text
         cells.extend([text] * pending_span)
@@ -1558,13 +1520,18 @@ LONGTABLE_BLOCKS = frozenset({"endfirsthead", "endhead", "endfoot", "endlastfoot
 LATEX_ROW_ENDS = frozenset({"\\", "tabularnewline", "cr", "crcr"})
 
 
+def _as_head(cell: str) -> str:
+    """A cell's text as a column's head: no span or box marks."""
+    return cell.replace(SPAN, "").replace(_HIDDEN_BESIDE, "").translate(_UNBOXED)
+
+
 def _headed(rows: list[Row]) -> tuple[list[str], list[Row]]:
     """Header and body: header rows are merged until a row holds a number ("Accuracy" spanning "clean" and
     "noise" heads "Accuracy clean" and "Accuracy noise"). A body cell spanning columns keeps its mark: it
     is no number, and a row of them may be a header inside the body."""
     if not rows:
         return [], []
-    heads = [cell.replace(SPAN, "") for cell in rows[0].cells]
+    heads = [_as_head(cell) for cell in rows[0].cells]
     body = rows[1:]
     while body and not any(
         parse_number(found) for cell in body[0].cells[1:] for found in _NUMBER.finditer(cell)
@@ -1576,7 +1543,7 @@ def _headed(rows: list[Row]) -> tuple[list[str], list[Row]]:
                 part
                 for part in (
                     heads[i] if i < len(heads) else "",
-                    below[i].replace(SPAN, "") if i < len(below) else "",
+                    _as_head(below[i]) if i < len(below) else "",
                 )
                 if part
             )

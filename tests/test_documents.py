@@ -738,7 +738,9 @@ def test_whole_numbers_in_boxes_and_overlays_are_read() -> None:
 
 def test_a_box_beside_other_digits_in_a_table_cell_refuses_the_document() -> None:
     """The gate reads one number per cell: ``\\scalebox{0}{97.05} 99.99`` passed as 97.05, which the page does
-    not show, once the box's content was printed; so did one box inside another, or two boxes."""
+    not show, once the box's content was printed; so did one box inside another, two boxes, a box's literal
+    arguments that looked harmless (a factor of 0.25 on a tiny font, a share of 0 of the line, a starred
+    resizebox) and a negative skip."""
     for cell in (
         r"\scalebox{0}{97.05} 99.99",
         r"\raisebox{50cm}{97.05} 99.99",
@@ -747,6 +749,11 @@ def test_a_box_beside_other_digits_in_a_table_cell_refuses_the_document() -> Non
         r"\makebox[3em]{\makebox[0pt]{97.05} 99.99}",
         r"\scalebox{0}{97.05} / \scalebox{1}{99.99}",
         r"\scalebox{\factor}{97.05} 99.99",
+        r"\scalebox{0.25}{\tiny 97.05} 99.99",
+        r"\resizebox{0\linewidth}{!}{97.05} 99.99",
+        r"\resizebox*{0pt}{!}{97.05} 99.99",
+        r"\framebox[0pt]{97.05} 99.99",
+        r"\hspace{-50cm}97.05\hspace{50cm} 99.99",
     ):
         with pytest.raises(DocumentError, match="what is checked would not be what is shown"):
             statements(
@@ -755,10 +762,28 @@ def test_a_box_beside_other_digits_in_a_table_cell_refuses_the_document() -> Non
 
 
 def test_an_error_after_markup_in_a_table_cell_is_not_dropped() -> None:
-    """``**97.05** ± 0.90``: the cell's one claim was 97.05, and its wrong error was never read."""
-    [found] = statements(_table("**97.05** ± 0.90"), "markdown", WORDS, "p.md")
-    assert (found.printed.text, found.printed.error) == ("97.05 ± 0.90", Decimal("0.90"))
-    for cell in ("97.05 (n=3) ± 0.90", "**97.05**, +/-0.9", "97.05$^*$ ± 0.90", "97.05 ± `0.9`"):
+    """``**97.05** ± 0.90``: the cell's one claim was 97.05, and its wrong error was never read. Markdown's
+    math ``$97.05 \\pm 0.9$`` and a superscript error of a whole value are read; an error past other markup,
+    or after an abbreviation's point (no sentence ends in a cell), leaves the value ``not_run``."""
+    for cell, error in (
+        ("**97.05** ± 0.90", "0.90"),
+        ("$97.05 \\pm 0.9$", "0.9"),
+        ("99<sup>±0.9</sup>", "0.9"),
+    ):
+        [found] = statements(_table(cell), "markdown", WORDS, "p.md")
+        assert found.printed.error == Decimal(error), cell
+    for cell in (
+        "97.05 (n=3) ± 0.90",
+        "**97.05**, +/-0.9",
+        "97.05$^*$ ± 0.90",
+        "97.05 ± `0.9`",
+        "97.05 (s.e. ± 0.9)",
+        "97.05 ± (0.9)",
+        "97.05 ± [0.9](#n)",
+        "97.05 ± <b>0.9</b>",
+        "97.05 ± _0.9_",
+        "97.05 $\\pm$ 0.9",
+    ):
         [found] = statements(_table(cell), "markdown", WORDS, "p.md")
         assert found.printed.error_unread is not None and (
             "0.9" in found.printed.error_unread or "`" in cell
@@ -895,18 +920,30 @@ def test_a_standard_error_column_pairs_with_the_value_column_left_of_it() -> Non
     assert found.printed.error == Decimal("0.0090")
 
 
-def test_boxes_drawn_about_their_size_and_in_place_are_read_in_table_cells() -> None:
-    """Written as numbers, a box's factor, width or lift that shows what it holds: read, not refused."""
+def test_boxes_beside_no_other_value_are_read_in_table_cells() -> None:
+    """A box holding the cell's only value, or only an error, a gain or a mark beside it, hides no other
+    value: read, not refused (each was refused by a first version); nor is a row's label or a table no column
+    of which names a metric refused for its boxes."""
     for cell, value, error in (
         (r"97.05\scalebox{0.75}{$\pm$0.3}", "97.05", "0.3"),
         (r"\makebox[2.5em][r]{97.05}\,$\pm$\,0.3", "97.05", "0.3"),
+        (r"\makebox[\widthof{00.00}][r]{97.05} $\pm$ 0.3", "97.05", "0.3"),
         (r"97.05 \scalebox{0.7}{(+1.05)}", "97.05", None),
         (r"\raisebox{1pt}{97.05} $\pm$ 0.3", "97.05", "0.3"),
+        (r"97.05\makebox[0pt][l]{$^{1}$}", "97.05", None),
     ):
         [found] = statements(
             _tabular(f"Run & Accuracy (clean) \\\\\nprobe & {cell} \\\\\n"), "latex", WORDS, "p.tex"
         )
         assert (found.printed.value, found.printed.error) == (Decimal(value), error and Decimal(error)), cell
+    labelled = _tabular("Model & Accuracy (clean) \\\\\nprobe-18 \\scalebox{0.8}{(11M)} & 97.05 \\\\\n")
+    assert [item.printed.value for item in statements(labelled, "latex", WORDS, "p.tex")] == [
+        Decimal("97.05")
+    ]
+    settings = _tabular("Setting & Value \\\\\nbatch & 64 \\scalebox{0}{($\\times$2)} \\\\\n")
+    assert statements(
+        settings + "The probe reaches an accuracy of 97.05\\% on clean data.", "latex", WORDS, "p.tex"
+    )
 
 
 def test_a_spread_head_alone_names_the_column_of_values() -> None:
