@@ -58,12 +58,14 @@ IGNORE = "ignore"
 # as a number (``05 %`` alone would claim 5 %). Nor is a number right after ``;``: the end of a character
 # reference (``88&middot;05``) in Markdown's source.
 _POINTS = "·\u0387\u2024\u2219\u22c5\u066b\uff0e\u00a0\u2007\u2009\u202f"
-_PLUS_MINUS = r"(?:±|\+/-|\+-|\\pm(?![A-Za-z]))"  # \pm as Markdown's math writes it ($97.05 \pm 0.9$)
-# A ± that states an error: digits after it, past markup (emphasis, a bracket, math, a tag), or what the gate
-# does not read (a code span, read as blank) before a percent sign, the end of the text or more blank.
+_PLUS_MINUS = r"(?:[±∓]|\+/-|\+-|\\[pm]m(?![A-Za-z]))"  # \pm and \mp as Markdown's math writes them
+# A ± that states an error: digits after it, past markup (emphasis, a bracket, math, a tag or a command), or
+# what the gate does not read (a code span, read as blank) before a percent sign, the end of the text or more
+# blank.
 _STATED_ERROR = (
-    rf"{_PLUS_MINUS}(?:(?:[^\w\n]|_){{0,6}}(?:<[A-Za-z]{{1,10}}>(?:[^\w\n]|_){{0,3}})?\d"
+    rf"(?:{_PLUS_MINUS}(?:(?:[^\w\n<\\]|_|<[A-Za-z][^<>\n]{{0,40}}>|\\[A-Za-z]{{1,12}}){{0,8}}?\d"
     r"|[^\S\n]*+(?:%|\Z)|[^\S\n]{3})"
+    r"|(?<=\d)[_^]\{?[+\-−]\d)"  # an error above and one below (97.05^{+0.9}_{-0.9}): not read
 )
 # What may stand between a number and its ± on the page: white space with at most one line break (a
 # paragraph's own wrapping), the number's percent sign, an index or superscript, a bracket, and characters
@@ -80,11 +82,11 @@ _NUMBER = re.compile(
     # claim of its own. Its digits end as the number's do (``± 0,9`` is no error of 0). Each run of white
     # space is matched one way only and possessively (two in a row made a number before 64 kB of spaces take
     # 27 s), and so are the digits (a number's digits given back one by one before 64 kB of letters took 18 s).
-    rf"(?:(?P<pct_err>[^\S\n]?%)?\*{{0,3}}+[^\S\n]*+(?:\n[^\S\n]*+)?(?P<index>[_^]|<su[bp]>)?[^\S\n]*+(?P<bracket>[(\[])?"
+    rf"(?:(?P<pct_err>[^\S\n]?%)?\*{{0,3}}+[^\S\n]*+(?:\n[^\S\n]*+)?(?P<index>[_^]|<su[bp]>)?[^\S\n]*+(?P<bracket>[(\[{{])?"
     rf"[^\S\n]*+{_PLUS_MINUS}[^\S\n]*+(?:\n[^\S\n]*+)?\*{{0,3}}+(?P<err>\d++(?:\.\d++)?)(?![\w.]*\d)"
     rf"(?![,{_POINTS}]\d)(?![a-zA-Z])"
-    r"(?P<pct_in>[^\S\n]?%)?\*{0,3}+[^\S\n]*+(?(bracket)[)\]])[^\S\n]*+(?:</su[bp]>)?)?"
-    r"(?P<pct>\s?%)?"
+    r"(?P<pct_in>[^\S\n]?%)?\*{0,3}+[^\S\n]*+(?(bracket)[)\]}])[^\S\n]*+(?:</su[bp]>)?)?"
+    r"(?P<pct>\s?(?:\$?\\)?%)?"  # Markdown's math writes $97.05\%$ or $97.05$\%
 )
 # A ± and digits after a number that the number's pattern did not take as its error (``97.05 % (±.9)``,
 # ``± 3e-1``, ``± 0,9``, ``(±0.3 pp)``): the error stated is not read, so the number's claim is not whole.
@@ -184,11 +186,11 @@ LATEX_SIUNITX = frozenset(
 # Boxes: their last argument is what they print (an empty one, nothing); phantoms print a gap as wide as it.
 LATEX_BOXES = {
     "mbox": "{", "hbox": "{", "makebox": "[[{", "framebox": "[[{", "raisebox": "{[[{", "resizebox": "*{{{",
-    "scalebox": "{[{", "rlap": "{", "llap": "{", "smash": "[{", "textsuperscript": "{", "textsubscript": "{",
+    "scalebox": "{[{", "rlap": "{", "llap": "{", "clap": "{", "mathrlap": "{", "mathllap": "{", "mathclap": "{", "smash": "[{", "textsuperscript": "{", "textsubscript": "{",
     "phantom": "{", "hphantom": "{", "vphantom": "{", "discretionary": "{{{",
 }  # fmt: skip
 # Zero-width boxes: what they hold overprints its neighbours, never stands between them.
-LATEX_OVERPRINTS = frozenset({"rlap", "llap", "vphantom"})
+LATEX_OVERPRINTS = frozenset({"rlap", "llap", "clap", "mathrlap", "mathllap", "mathclap", "vphantom"})
 # Boxes that may draw what they hold at no size, out of place or over its neighbour (``\scalebox{0}{9}7.05``
 # shows 7.05): what they print is read as a word of its own, so a number they split is refused.
 LATEX_RESHAPING = frozenset({"scalebox", "resizebox", "makebox", "framebox", "raisebox"})
@@ -1349,13 +1351,16 @@ def _latex_text(latex: str, *, boxed: bool = False) -> str:
     return text if boxed else text.translate(_UNBOXED)
 
 
-def _parts_with_digits(text: str) -> list[str]:
-    """The parts of ``text`` that hold digits other than an error's, one per box (by the :data:`_BOXED` marks,
-    nested or not) and one for what stands outside every box."""
-    parts: dict[int, list[str]] = {}
-    stack = [0]
-    opened = 0
-    for char in text:
+def _hides_its_claim(marked: str) -> bool:
+    """Whether a cell's number, as :func:`table_statements` reads it (its first result), may not be what its
+    page shows: it stands in a reshaping box (by the :data:`_BOXED` marks) beside any digit out of that box, or
+    its error comes from a box that holds more than that error (``97.05 \\scalebox{0}{$\\pm$0.3 97.05} $\\pm$
+    0.9``). A box holding the cell's only value, or only the value's error (``97.05\\scalebox{0.75}{$\\pm$0.3}``),
+    or what follows a value shown outside every box (a gain, a mark, a count), hides nothing it stands for."""
+    owners: list[int] = []  # the box each character of the text stands in; 0 outside every box
+    shown: list[str] = []
+    stack, opened = [0], 0
+    for char in marked:
         if char == _BOXED[0]:
             opened += 1
             stack.append(opened)
@@ -1363,17 +1368,32 @@ def _parts_with_digits(text: str) -> list[str]:
             if len(stack) > 1:
                 stack.pop()
         else:
-            parts.setdefault(stack[-1], []).append(char)
-    shown = ["".join(chars) for chars in parts.values()]
-    return [part for part in shown if _ASCII_DIGIT.search(part) and not _AN_ERROR_ALONE.match(part)]
+            shown.append(char)
+            owners.append(stack[-1])
+    text = "".join(shown)
+    claim = next(
+        (found for found, printed in read_numbers(text, cell=True) if printed and found.group("sign") != "+"),
+        None,
+    )
+    if claim is None:
+        return False
+    inside = range(claim.start(), claim.end())
+    box = owners[claim.start("int")]
+    if box:
+        return any(
+            char.isascii() and char.isdigit() and owners[index] != box and index not in inside
+            for index, char in enumerate(text)
+        )
+    boxes_of_its_error = {owners[index] for index in inside} - {0}
+    return any(
+        owners[index] in boxes_of_its_error and index not in inside and not char.isspace()
+        for index, char in enumerate(text)
+    )
 
 
-# A box that holds only an error, a gain or a mark (97.05\scalebox{0.75}{$\pm$0.3}, 97.05 \scalebox{0.7}{(+1.05)},
-# 97.05\makebox[0pt][l]{$^{1}$}), which a cell never reads as its value: what it hides is checked with the
-# value, or nowhere.
-_AN_ERROR_ALONE = re.compile(rf"\s*(?:[_^]|[(\[]?\s*(?:{_PLUS_MINUS}|\+\s*\d))")
-# A negative skip moves what follows it back over what stands before it (\hspace{-50cm}97.05\hspace{50cm} 99.99).
-_NEGATIVE_SKIP = re.compile(r"\\(?:hspace\*?|hskip|kern|mkern|mskip)\s*\{?\s*-")
+# A negative skip moves what follows it back over what stands before it (\hspace{-50cm}97.05\hspace{50cm} 99.99,
+# \hspace{{-50cm}}, \hspace{\dimexpr 0pt-50cm\relax}).
+_NEGATIVE_SKIP = re.compile(r"\\(?:hspace\*?|hskip|kern|mkern|mskip)\s*\{?[^}\n]{0,40}?-")
 # Starts a cell's text where a box that may hide its digits stands beside other digits: such a cell is refused
 # where the gate would read it, in a column of a metric (a row's label or a table of settings is not read).
 _HIDDEN_BESIDE = "\ue003"
@@ -1404,11 +1424,9 @@ def _latex_table(environment, line_at, document) -> tuple[list[str], list[Row]]:
             # The gate reads one number per cell: a box that may draw its digits at no size or out of place
             # (\\scalebox{0}{97.05} 99.99, in one box or another), or digits a negative skip moves, would stand
             # for what the page shows beside them.
-            parts = _parts_with_digits(text)
-            moved = (
-                _NEGATIVE_SKIP.search(raw) is not None and len(_NUMBER.findall(text.translate(_UNBOXED))) > 1
-            )
-            hidden = cells and (len(parts) > 1 or moved)
+            results = [printed for _, printed in read_numbers(text.translate(_UNBOXED), cell=True) if printed]
+            moved = _NEGATIVE_SKIP.search(raw) is not None and len(results) > 1
+            hidden = cells and (moved or _hides_its_claim(text))
             text = _HIDDEN_BESIDE + text if hidden else text.translate(_UNBOXED)
         if pending_span > 1:  # spans columns: a heading over each, never one column's number
             text = SPAN + text

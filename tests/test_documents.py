@@ -754,11 +754,22 @@ def test_a_box_beside_other_digits_in_a_table_cell_refuses_the_document() -> Non
         r"\resizebox*{0pt}{!}{97.05} 99.99",
         r"\framebox[0pt]{97.05} 99.99",
         r"\hspace{-50cm}97.05\hspace{50cm} 99.99",
+        r"\hspace{{-50cm}}97.05\hspace{50cm} 99.99",
+        r"\scalebox{0}{+1 97.05} 99.99",
+        r"$^{}$\scalebox{0}{97.05} 99.99",
+        r"97.05 \scalebox{0}{$\pm$0.3 97.05} $\pm$ 0.9",
     ):
         with pytest.raises(DocumentError, match="what is checked would not be what is shown"):
             statements(
                 _tabular(f"Run & Accuracy (clean) \\\\\nprobe & {cell} \\\\\n"), "latex", WORDS, "p.tex"
             )
+    with pytest.raises(DocumentError, match="over what stands beside it"):  # a zero-width box, as \\rlap
+        statements(
+            _tabular("Run & Accuracy (clean) \\\\\nprobe & \\clap{97.05} 99.99 \\\\\n"),
+            "latex",
+            WORDS,
+            "p.tex",
+        )
 
 
 def test_an_error_after_markup_in_a_table_cell_is_not_dropped() -> None:
@@ -769,6 +780,8 @@ def test_an_error_after_markup_in_a_table_cell_is_not_dropped() -> None:
         ("**97.05** ± 0.90", "0.90"),
         ("$97.05 \\pm 0.9$", "0.9"),
         ("99<sup>±0.9</sup>", "0.9"),
+        ("$97.05_{\\pm0.3}$", "0.3"),
+        ("97.05 ∓ 0.9", "0.9"),
     ):
         [found] = statements(_table(cell), "markdown", WORDS, "p.md")
         assert found.printed.error == Decimal(error), cell
@@ -783,6 +796,9 @@ def test_an_error_after_markup_in_a_table_cell_is_not_dropped() -> None:
         "97.05 ± <b>0.9</b>",
         "97.05 ± _0.9_",
         "97.05 $\\pm$ 0.9",
+        "$\\mathbf{97.05} \\pm \\mathbf{0.9}$",
+        '97.05 ± <span style="x">0.9</span>',
+        "$97.05^{+0.9}_{-0.9}$",
     ):
         [found] = statements(_table(cell), "markdown", WORDS, "p.md")
         assert found.printed.error_unread is not None and (
@@ -931,6 +947,9 @@ def test_boxes_beside_no_other_value_are_read_in_table_cells() -> None:
         (r"97.05 \scalebox{0.7}{(+1.05)}", "97.05", None),
         (r"\raisebox{1pt}{97.05} $\pm$ 0.3", "97.05", "0.3"),
         (r"97.05\makebox[0pt][l]{$^{1}$}", "97.05", None),
+        (r"97.05 \scalebox{0.8}{(0.3)}", "97.05", None),
+        (r"97.05 \scalebox{0.75}{(n=3)}", "97.05", None),
+        (r"97.05 \kern-0.2em (3)", "97.05", None),
     ):
         [found] = statements(
             _tabular(f"Run & Accuracy (clean) \\\\\nprobe & {cell} \\\\\n"), "latex", WORDS, "p.tex"
