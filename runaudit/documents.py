@@ -58,12 +58,12 @@ IGNORE = "ignore"
 # as a number (``05 %`` alone would claim 5 %). Nor is a number right after ``;``: the end of a character
 # reference (``88&middot;05``) in Markdown's source.
 _POINTS = "·\u0387\u2024\u2219\u22c5\u066b\uff0e\u00a0\u2007\u2009\u202f"
-_PLUS_MINUS = r"(?:[±∓]|\+/-|\+-|\\[pm]m(?![A-Za-z]))"  # \pm and \mp as Markdown's math writes them
+_PLUS_MINUS = r"(?:[±∓]|\+/-|\+-|\\(?:pm|mp)(?![A-Za-z]))"  # \pm and \mp as Markdown's math writes them
 # A ± that states an error: digits after it, past markup (emphasis, a bracket, math, a tag or a command), or
 # what the gate does not read (a code span, read as blank) before a percent sign, the end of the text or more
 # blank.
 _STATED_ERROR = (
-    rf"(?:{_PLUS_MINUS}(?:(?:[^\w\n<\\]|_|<[A-Za-z][^<>\n]{{0,40}}>|\\[A-Za-z]{{1,12}}){{0,8}}?\d"
+    rf"(?:{_PLUS_MINUS}(?:(?:[^\w\n<\\]|_|<[A-Za-z][^<>\n]{{0,40}}>|\\[A-Za-z]{{1,12}}|\\[^A-Za-z\s]){{0,8}}?\d"
     r"|[^\S\n]*+(?:%|\Z)|[^\S\n]{3})"
     r"|(?<=\d)[_^]\{?[+\-−]\d)"  # an error above and one below (97.05^{+0.9}_{-0.9}): not read
 )
@@ -92,11 +92,6 @@ _NUMBER = re.compile(
 # ``± 3e-1``, ``± 0,9``, ``(±0.3 pp)``): the error stated is not read, so the number's claim is not whole.
 # (A ± that states no number, ``(± denotes the standard error)``, leaves the number whole.)
 _UNREAD_ERROR = re.compile(rf"{_BEFORE_AN_ERROR}{{0,40}}+(?:\n{_BEFORE_AN_ERROR}{{0,40}}+)?{_STATED_ERROR}")
-# A number right after a ± (on its line or the next) is an error, not a value: of the number read before it,
-# when that one is near (``**97.05 %** ± 0.90 %``, ``97.05 % (3 seeds) ± 0.9 %``).
-_AFTER_A_PLUS_MINUS = re.compile(
-    rf"{_PLUS_MINUS}(?:[^\S\n]|[(\[*]){{0,10}}(?:\n(?:[^\S\n]|[(\[*]){{0,10}})?\Z"
-)
 AMBIGUOUS = -1  # a spread column's partner where several columns of its metric could be it
 # How far after the number it belongs to such an error may stand, in one sentence.
 ERROR_REACH = 40
@@ -442,11 +437,10 @@ def read_numbers(text: str, *, cell: bool = False) -> list[tuple[re.Match[str], 
             text[found.end() : min(sign.end() + 16, line_end if line_end >= 0 else len(text))].split()
         )
         read[entry] = (found, replace(printed, error_unread=printed.error_unread or stated))
-        following = bisect.bisect_left(starts, sign.start())
-        if following < len(read) and _AFTER_A_PLUS_MINUS.search(
-            text, max(read[following][0].start() - 24, 0), read[following][0].start()
-        ):
-            read[following] = (read[following][0], None)  # the error's digits, not a value
+        digit = sign.end() - 1  # the error's first digit, where the ± reached one
+        holder = bisect.bisect_right(starts, digit) - 1
+        if text[digit].isdigit() and holder >= 0 and read[holder][0].start() <= digit < read[holder][0].end():
+            read[holder] = (read[holder][0], None)  # the error's digits, not a value
     return read
 
 

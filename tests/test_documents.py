@@ -620,6 +620,7 @@ def test_an_error_in_a_form_not_read_leaves_its_number_unwhole(form: str, stated
     [
         ("markdown", "97.05 %, ± 0.90 %"),
         ("markdown", "97.05 % (3 seeds) +/-0.9 %"),
+        ("markdown", "97.05 % ($\\pm$0.9 over 3 seeds)"),
         ("markdown", "97.05 % ± `0.9` %"),
         ("markdown", "97.05 %<sup>1</sup> ± 0.90 %"),
         ("markdown", "97.05 % (3 seeds) ± 0.90 %"),
@@ -782,6 +783,7 @@ def test_an_error_after_markup_in_a_table_cell_is_not_dropped() -> None:
         ("99<sup>±0.9</sup>", "0.9"),
         ("$97.05_{\\pm0.3}$", "0.3"),
         ("97.05 ∓ 0.9", "0.9"),
+        ("$97.05 \\mp 0.9$", "0.9"),
     ):
         [found] = statements(_table(cell), "markdown", WORDS, "p.md")
         assert found.printed.error == Decimal(error), cell
@@ -799,6 +801,7 @@ def test_an_error_after_markup_in_a_table_cell_is_not_dropped() -> None:
         "$\\mathbf{97.05} \\pm \\mathbf{0.9}$",
         '97.05 ± <span style="x">0.9</span>',
         "$97.05^{+0.9}_{-0.9}$",
+        "$97.05 \\,\\pm\\, 0.9$",
     ):
         [found] = statements(_table(cell), "markdown", WORDS, "p.md")
         assert found.printed.error_unread is not None and (
