@@ -489,6 +489,7 @@ def _agreeing_scale(printed: Printed, value: float) -> int | None:
 
 
 def _agrees_at(printed: Printed, value: float, scale: int) -> bool:
+    """``value`` rounds to the printed number read at ``scale`` (100: a share printed in percent)."""
     decimals = printed.decimals + (2 if scale == 100 else 0)
     half = Decimal(5) * Decimal(10) ** -(decimals + 1)
     return abs(Decimal(repr(value)) - printed.value / scale) <= half * (1 + Decimal("1e-9"))

@@ -100,7 +100,6 @@ _SENTENCE_OR_PARAGRAPH_END = re.compile(r"[.!?;](?=\s)|\n[^\S\n]*\n")
 _DELTA_BEFORE = re.compile(r"\b(?:by|of up to|improves?|improved|gains?|drops? by)\s+$", re.IGNORECASE)
 _DELTA_AFTER = re.compile(r"^\s*(?:points?|pp\b|p\.p\.|percentage points?|x\b|×|times\b)", re.IGNORECASE)
 _SENTENCE_END = re.compile(r"[.!?;](?=\s)|\n\s*\n")
-_PARAGRAPH_BREAK = re.compile(r"\n[^\S\n]*\n")
 _STAMP = re.compile(
     r"runaudit table:\s*group\s+(?P<group>.+?),\s*test\s+(?P<test>[^;]+);.*?\bin\s+(?P<sidecar>\S+)"
 )
@@ -1149,11 +1148,8 @@ def _walk_latex(nodes, prose, tables, stamp, line_at, vocabulary, document, sour
                 shown = _latex_text(
                     "".join(part.latex_verbatim() for part in inner if part is not None)
                 ).strip()
-                if node.macroname in LATEX_INDICES and re.match(_PLUS_MINUS, shown):
-                    # An error set as an index (97.05\textsubscript{$\pm$0.3}) is the number's own.
-                    _add_printed(prose, LATEX_INDICES[node.macroname] + shown, line, document)
-                elif shown:
-                    _add_printed(prose, " ", line, document)
+                if shown:
+                    _add_printed(prose, _mark_printed(node.macroname, shown), line, document)
             else:
                 _walk_latex(inner, prose, tables, stamp, line_at, vocabulary, document, source)
                 if node.macroname in LATEX_RESHAPING:
@@ -1294,6 +1290,14 @@ _DIGIT_AT_END = re.compile(r"\d\.?$")  # "9" or "9." before a command: the numbe
 _NUMBER_GOES_ON = re.compile(r"\.?\d")
 
 
+def _mark_printed(macro: str, shown: str) -> str:
+    """What a mark (:data:`LATEX_MARKS`) holding visible ``shown`` is read as: an error set as an index
+    (``97.05\\textsubscript{$\\pm$0.3}``) is the number's own, anything else a space beside it."""
+    if macro in LATEX_INDICES and re.match(_PLUS_MINUS, shown):
+        return LATEX_INDICES[macro] + shown
+    return " "
+
+
 @functools.cache
 def _converter() -> Any:
     """latex2text, printing what the boxes it does not know print (it dropped ``\\scalebox{0.9}{99.99}`` and
@@ -1305,11 +1309,7 @@ def _converter() -> Any:
             arguments = node.nodeargd.argnlist if node.nodeargd and node.nodeargd.argnlist else []
             content = l2tobj.nodelist_to_text([arguments[-1]]) if arguments and arguments[-1] else ""
             if node.macroname in LATEX_INDICES:
-                return (
-                    LATEX_INDICES[node.macroname] + content.strip()
-                    if re.match(_PLUS_MINUS, content.strip())
-                    else " "
-                )
+                return _mark_printed(node.macroname, content.strip())
             return f" {_BOXED[0]}{content}{_BOXED[1]} " if spaced else content
 
         return printed
