@@ -86,7 +86,7 @@ _NUMBER = re.compile(
     rf"[^\S\n]*+{_PLUS_MINUS}[^\S\n]*+(?:\n[^\S\n]*+)?\*{{0,3}}+(?P<err>\d++(?:\.\d++)?)(?![\w.]*\d)"
     rf"(?![,{_POINTS}]\d)(?![a-zA-Z])"
     r"(?P<pct_in>[^\S\n]?%)?\*{0,3}+[^\S\n]*+(?(bracket)[)\]}])[^\S\n]*+(?:</su[bp]>)?)?"
-    r"(?P<pct>\s?(?:\$?\\)?%)?"  # Markdown's math writes $97.05\%$ or $97.05$\%
+    r"(?P<pct>\s?(?:\$[^\S\n]?)?\\?%)?"  # Markdown's math writes $97.05\%$, $97.05$\% or $97.05$ %
 )
 # A ± and digits after a number that the number's pattern did not take as its error (``97.05 % (±.9)``,
 # ``± 3e-1``, ``± 0,9``, ``(±0.3 pp)``): the error stated is not read, so the number's claim is not whole.

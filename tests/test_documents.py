@@ -551,6 +551,13 @@ def test_a_positive_gap_between_columns_is_read() -> None:
         ]
 
 
+@pytest.mark.parametrize("stated", ["$97.05$%", "$97.05$ %", "$97.05$\\%", "$97.05\\%$", "97.05$\\%$"])
+def test_a_percent_sign_after_markdown_math_is_the_numbers_own(stated: str) -> None:
+    """``$97.05$%`` is drawn 97.05 %: read as a plain 97.05, a correct accuracy failed against its share."""
+    [found] = statements(f"The probe reaches an accuracy of {stated} on clean data.", "markdown", WORDS, "p.md")
+    assert (found.printed.value, found.printed.percent) == (Decimal("97.05"), True)
+
+
 @pytest.mark.parametrize(
     ("form", "stated"),
     [
