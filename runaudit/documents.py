@@ -166,12 +166,15 @@ LATEX_GAPS = frozenset(
 )  # fmt: skip
 # Commands that print nothing, whatever the reader's converter prints for them (``\-`` a soft hyphen), and
 # the font and size switches, which print nothing either.
+# What the reader makes of a text colour and of a colour switch (:data:`_TEXT_COLOUR`), shorter than the
+# commands they stand for (\textcolor{} and \color{}).
+_COLOURED, _SWITCHED = "RAtextcolor", "RAcolor"
 LATEX_SILENT = frozenset(
     {"-", "relax", "unskip", "ignorespaces", "nobreak", "allowbreak", "kern", "hskip", "xspace", "nolinebreak",
      "linebreak", "bfseries", "mdseries", "itshape", "slshape", "upshape", "scshape", "rmfamily", "sffamily",
      "ttfamily", "normalfont", "bf", "it", "rm", "sf", "tt", "sl", "sc", "em", "tiny", "scriptsize",
      "footnotesize", "small", "normalsize", "large", "Large", "LARGE", "huge", "Huge", "boldmath", "unboldmath",
-     "centering", "raggedright", "raggedleft"}
+     "centering", "raggedright", "raggedleft", _SWITCHED}
 )  # fmt: skip
 # siunitx: its commands print their number argument and unit; the reader reads them as such.
 LATEX_SIUNITX = frozenset(
@@ -181,7 +184,7 @@ LATEX_SIUNITX = frozenset(
 LATEX_BOXES = {
     "mbox": "{", "hbox": "{", "makebox": "[[{", "framebox": "[[{", "raisebox": "{[[{", "resizebox": "*{{{",
     "scalebox": "{[{", "rlap": "{", "llap": "{", "clap": "{", "mathrlap": "{", "mathllap": "{", "mathclap": "{", "smash": "[{", "textsuperscript": "{", "textsubscript": "{",
-    "phantom": "{", "hphantom": "{", "vphantom": "{", "discretionary": "{{{",
+    "phantom": "{", "hphantom": "{", "vphantom": "{", "discretionary": "{{{", _COLOURED: "{",
 }  # fmt: skip
 # Zero-width boxes: what they hold overprints its neighbours, never stands between them.
 LATEX_OVERPRINTS = frozenset({"rlap", "llap", "clap", "mathrlap", "mathllap", "mathclap", "vphantom"})
@@ -204,7 +207,8 @@ _TEX_CHARACTER_CODES = re.compile(
 )
 # A colour that starts or ends against a digit or point of the number beside it: those digits may be drawn
 # in the page's own colour (\textcolor{white}{9}7.05 shows 7.05).
-_COLOUR = r"\\(?:textcolor|color)\s*(?:\[[^\]\n]{0,100}\])?\{[^{}\n]{0,100}\}"
+_COLOUR_ARGUMENTS = r"\s*(?:\[[^\]\n]{0,100}\])?\{[^{}\n]{0,100}\}"  # a model, a name or values
+_COLOUR = rf"\\(?:textcolor|color){_COLOUR_ARGUMENTS}"
 
 
 def _part_of_a_number(opening: str, closing: str = r"\}") -> re.Pattern[str]:
@@ -217,7 +221,11 @@ def _part_of_a_number(opening: str, closing: str = r"\}") -> re.Pattern[str]:
     )
 
 
-_COLOURED_DIGITS = _part_of_a_number(rf"{_COLOUR}\s*\{{|\{{\s*{_COLOUR}\s*")
+_COLOURED_DIGITS = re.compile(
+    _part_of_a_number(rf"{_COLOUR}\s*\{{|\{{\s*{_COLOUR}\s*").pattern
+    # \textcolor's argument unbraced is one character: \textcolor{white}97.05 colours the 9 alone.
+    + rf"|\\textcolor{_COLOUR_ARGUMENTS}\s*[\d.](?=[\d.\\])"
+)
 # Beamer's overlays draw what they hold on some slides only: \only<2>{9}7.05 shows 7.05 on the first, where the
 # text reads 97.05. (Boxes that may draw what they hold at no size end a number in the reader instead:
 # :data:`LATEX_RESHAPING`.) The overlay's arguments may end in a digit however deeply grouped
@@ -265,12 +273,19 @@ LATEX_UNREAD = frozenset(
      "minted", "algorithm", "algorithmic", "comment"}
 )  # fmt: skip
 # Table decoration whose arguments pylatexenc does not know: "\cellcolor{blue!10}98.1" is 98.1.
-_LATEX_DECORATION = re.compile(
-    r"\\(?:cellcolor|rowcolor|columncolor|color)(?:\[[^\]\n]*\])?\{[^{}\n]*\}"
-    r"|\\(?:cmidrule|cline)(?:\([^)\n]*\))?\{[^{}\n]*\}"
-    r"|\\specialrule\{[^{}\n]*\}\{[^{}\n]*\}\{[^{}\n]*\}"
-    r"|\\textcolor\{[^{}\n]*\}"
+_LATEX_DECORATION = re.compile(  # each part bounded: \cellcolor[ repeated 20,000 times took 9 s
+    r"\\(?:cellcolor|rowcolor|columncolor)(?:\[[^\]\n]{0,100}\])?\{[^{}\n]{0,100}\}"
+    r"|\\(?:cmidrule|cline)(?:\([^)\n]{0,100}\))?\{[^{}\n]{0,100}\}"
+    r"|\\specialrule\{[^{}\n]{0,100}\}\{[^{}\n]{0,100}\}\{[^{}\n]{0,100}\}"
 )
+# A text colour may be the page's own (``\textcolor{white}{97.05} 99.99`` shows 99.99), and no colour's name
+# says whether it shows. Its name is dropped, and the command becomes one of these, of the same length or
+# shorter: a box around what ``\textcolor`` colours, and a switch that colours the rest of its group. In a
+# table cell they are read as boxes that may hide their digits (:func:`_hides_its_claim`).
+_TEXT_COLOUR = re.compile(rf"\\textcolor{_COLOUR_ARGUMENTS}")
+_COLOUR_SWITCH = re.compile(rf"\\color{_COLOUR_ARGUMENTS}")
+# A group that a colour switch opens colours all it holds, as \textcolor colours its argument.
+_SWITCHED_GROUP = re.compile(rf"\{{(\s*)\\{_SWITCHED}(?![A-Za-z])")
 TABULARS = frozenset(
     {"tabular", "tabular*", "tabularx", "longtable", "array", "tabulary", "tabu", "NiceTabular", "tblr"}
 )
@@ -771,8 +786,9 @@ def table_statements(
                 continue
             if cell.startswith(_HIDDEN_BESIDE):
                 raise DocumentError(
-                    f"{document}: a cell of the table's row at line {row.line} holds a box that may draw its digits "
-                    f"at no size or out of place, or a negative skip, beside other digits "
+                    f"{document}: a cell of the table's row at line {row.line} holds a box or colour that may draw "
+                    f"its digits at no size, out of place or unseen, or a negative skip or colour switch, beside "
+                    f"other digits "
                     f"({_escaped(cell[1:].translate(_UNBOXED).strip()[:40])}): what is checked would not be what is "
                     "shown (docs/claims.md)"
                 )
@@ -980,6 +996,8 @@ def latex_statements(text: str, vocabulary: Vocabulary, document: str) -> Iterat
 
     # Decoration becomes a command that prints nothing, of the same length (the lines stay where they were).
     text = _LATEX_DECORATION.sub(lambda found: "\\relax".ljust(len(found.group(0))), text)
+    text = _TEXT_COLOUR.sub(lambda found: f"\\{_COLOURED}".ljust(len(found.group(0))), text)
+    text = _COLOUR_SWITCH.sub(lambda found: f"\\{_SWITCHED}".ljust(len(found.group(0))), text)
     try:
         nodes, _, _ = LatexWalker(
             text, latex_context=_walker_context(), tolerant_parsing=True
@@ -1293,7 +1311,8 @@ _NUMBER_GOES_ON = re.compile(r"\.?\d")
 def _mark_printed(macro: str, shown: str) -> str:
     """What a mark (:data:`LATEX_MARKS`) holding visible ``shown`` is read as: an error set as an index
     (``97.05\\textsubscript{$\\pm$0.3}``) is the number's own, anything else a space beside it."""
-    if macro in LATEX_INDICES and re.match(_PLUS_MINUS, shown):
+    if macro in LATEX_INDICES and re.match(_PLUS_MINUS, shown.translate(_UNBOXED).strip()):
+        # in the boxes it stands in (97.05\textsubscript{\textcolor{gray}{$\pm$0.3}})
         return LATEX_INDICES[macro] + shown
     return " "
 
@@ -1319,7 +1338,7 @@ def _converter() -> Any:
         "runaudit-boxes",
         prepend=True,
         macros=[
-            MacroTextSpec(name, simplify_repl=box(name in LATEX_RESHAPING))
+            MacroTextSpec(name, simplify_repl=box(name in LATEX_RESHAPING or name == _COLOURED))
             for name in LATEX_BOXES
             if name not in LATEX_OVERPRINTS and (name not in LATEX_MARKS or name in LATEX_INDICES)
         ],
@@ -1413,13 +1432,16 @@ def _latex_table(environment, line_at, document) -> tuple[list[str], list[Row]]:
                     "above (a negative space after \\\\): two rows are typeset as one"
                 )
             raw = re.sub(r"^\s*\[[^\]]*\]", "", raw)
+        raw = _SWITCHED_GROUP.sub(rf"\\{_COLOURED}{{\1", raw)
         text = _latex_text(_math_spaced(raw), boxed=True).strip()
-        if _BOXED[0] in text or _NEGATIVE_SKIP.search(raw):
-            # The gate reads one number per cell: a box that may draw its digits at no size or out of place
-            # (\\scalebox{0}{97.05} 99.99, in one box or another), or digits a negative skip moves, would stand
-            # for what the page shows beside them.
+        switched = re.search(rf"\\{_SWITCHED}(?![A-Za-z])", raw) is not None
+        if _BOXED[0] in text or _NEGATIVE_SKIP.search(raw) or switched:
+            # The gate reads one number per cell: a box that may draw its digits at no size, out of place or
+            # unseen (\\scalebox{0}{97.05} 99.99, \\textcolor{white}{97.05} 99.99, in one box or another), or
+            # digits a negative skip moves or a colour switch may hide, would stand for what the page shows
+            # beside them.
             results = [printed for _, printed in read_numbers(text.translate(_UNBOXED), cell=True) if printed]
-            moved = _NEGATIVE_SKIP.search(raw) is not None and len(results) > 1
+            moved = (switched or _NEGATIVE_SKIP.search(raw) is not None) and len(results) > 1
             hidden = cells and (moved or _hides_its_claim(text))
             text = _HIDDEN_BESIDE + text if hidden else text.translate(_UNBOXED)
         if pending_span > 1:  # spans columns: a heading over each, never one column's number

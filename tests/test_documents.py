@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from runaudit.documents import STATEMENT_CAP, DocumentError, Vocabulary, statements
+from runaudit.documents import STATEMENT_CAP, DocumentError, Statement, Vocabulary, statements
 
 WORDS = Vocabulary(("accuracy", "cross_entropy"), ("clean", "noise"), ("baseline", "probe", "demo"))
 
@@ -431,6 +431,13 @@ def _cell(cell: str) -> str:
     return f"\\toprule\nRun & Accuracy (clean) \\\\\n\\midrule\nprobe & {cell} \\\\\n\\bottomrule\n"
 
 
+def _probe_cell(cell: str) -> list[Statement]:
+    """What a LaTeX table reads of the probe's cell under ``Accuracy (clean)``."""
+    return statements(
+        _tabular(f"Run & Accuracy (clean) \\\\\nprobe & {cell} \\\\\n"), "latex", WORDS, "p.tex"
+    )
+
+
 def _tabular(
     body: str, begin: str = "\\begin{tabular}{lc}", end: str = "\\end{tabular}", before: str = ""
 ) -> str:
@@ -554,7 +561,9 @@ def test_a_positive_gap_between_columns_is_read() -> None:
 @pytest.mark.parametrize("stated", ["$97.05$%", "$97.05$ %", "$97.05$\\%", "$97.05\\%$", "97.05$\\%$"])
 def test_a_percent_sign_after_markdown_math_is_the_numbers_own(stated: str) -> None:
     """``$97.05$%`` is drawn 97.05 %: read as a plain 97.05, a correct accuracy failed against its share."""
-    [found] = statements(f"The probe reaches an accuracy of {stated} on clean data.", "markdown", WORDS, "p.md")
+    [found] = statements(
+        f"The probe reaches an accuracy of {stated} on clean data.", "markdown", WORDS, "p.md"
+    )
     assert (found.printed.value, found.printed.percent) == (Decimal("97.05"), True)
 
 
@@ -722,6 +731,7 @@ def test_a_multirow_cell_prints_its_text() -> None:
     "shown",
     [
         r"\textcolor{white}{9}7.05",
+        r"\textcolor{white}97.05",
         r"\textcolor[rgb]{1,1,1}{9}7.05",
         r"{\color{white}9}7.05",
         r"9\textcolor{white}{7}.05",
@@ -768,9 +778,7 @@ def test_a_box_beside_other_digits_in_a_table_cell_refuses_the_document() -> Non
         r"97.05 \scalebox{0}{$\pm$0.3 97.05} $\pm$ 0.9",
     ):
         with pytest.raises(DocumentError, match="what is checked would not be what is shown"):
-            statements(
-                _tabular(f"Run & Accuracy (clean) \\\\\nprobe & {cell} \\\\\n"), "latex", WORDS, "p.tex"
-            )
+            _probe_cell(cell)
     with pytest.raises(DocumentError, match="over what stands beside it"):  # a zero-width box, as \\rlap
         statements(
             _tabular("Run & Accuracy (clean) \\\\\nprobe & \\clap{97.05} 99.99 \\\\\n"),
@@ -961,9 +969,7 @@ def test_boxes_beside_no_other_value_are_read_in_table_cells() -> None:
         (r"97.05 \scalebox{0.75}{(n=3)}", "97.05", None),
         (r"97.05 \kern-0.2em (3)", "97.05", None),
     ):
-        [found] = statements(
-            _tabular(f"Run & Accuracy (clean) \\\\\nprobe & {cell} \\\\\n"), "latex", WORDS, "p.tex"
-        )
+        [found] = _probe_cell(cell)
         assert (found.printed.value, found.printed.error) == (Decimal(value), error and Decimal(error)), cell
     labelled = _tabular("Model & Accuracy (clean) \\\\\nprobe-18 \\scalebox{0.8}{(11M)} & 97.05 \\\\\n")
     assert [item.printed.value for item in statements(labelled, "latex", WORDS, "p.tex")] == [
@@ -973,6 +979,37 @@ def test_boxes_beside_no_other_value_are_read_in_table_cells() -> None:
     assert statements(
         settings + "The probe reaches an accuracy of 97.05\\% on clean data.", "latex", WORDS, "p.tex"
     )
+
+
+def test_a_coloured_value_beside_other_digits_in_a_table_cell_refuses_the_document() -> None:
+    """``\\textcolor{white}{97.05} 99.99`` passed as 97.05 where the page shows 99.99: no colour's name says
+    whether it shows. Coloured like a box, a value alone, with its error or before a gain is read; and an error
+    coloured inside its index (``\\textsubscript{\\textcolor{gray}{$\\pm$0.9}}``) is the value's, not dropped."""
+    for cell in (
+        r"\textcolor{white}{97.05} 99.99",
+        r"\textcolor[rgb]{1,1,1}{97.05} 99.99",
+        r"\textcolor{white}{\textbf{97.05}} 99.99",
+        r"{\color{white}97.05} 99.99",
+        r"{ \color{white}{97.05}} 99.99",
+        r"\color{white}97.05 / \color{black}99.99",
+    ):
+        with pytest.raises(DocumentError, match="what is checked would not be what is shown"):
+            _probe_cell(cell)
+    for cell, error in (
+        (r"\textcolor{red}{97.05}", None),
+        (r"{\color{red}\textbf{97.05}}", None),
+        (r"\color{red} 97.05", None),
+        (r"\textcolor{red}{97.05} $\pm$ 0.3", "0.3"),
+        (r"\color{red} 97.05 $\pm$ 0.3", "0.3"),
+        (r"\textcolor{red}{97.05}\textsubscript{\textcolor{gray}{$\pm$0.9}}", "0.9"),
+        (r"97.05\textsubscript{\scalebox{0.7}{$\pm$0.9}}", "0.9"),
+        (r"97.05 \textcolor{gray}{(+1.2)}", None),
+        (r"\textbf{97.05} {\color{gray}\scriptsize (+1.2)}", None),
+    ):
+        [found] = _probe_cell(cell)
+        assert (found.printed.value, found.printed.error) == (Decimal("97.05"), error and Decimal(error)), (
+            cell
+        )
 
 
 def test_a_spread_head_alone_names_the_column_of_values() -> None:
@@ -995,8 +1032,17 @@ def test_only_whole_character_references_are_drawn_as_their_characters() -> None
 
 
 def test_boxes_colours_and_overlays_left_open_are_checked_in_linear_time() -> None:
-    """Each check scanned a whole line from every unclosed ``\\only<``, ``\\makebox[`` or ``\\textcolor[``."""
-    for opened in ("\\only<", "\\makebox[", "\\textcolor[", "\\scalebox{"):
+    """Each check scanned a whole line from every unclosed ``\\only<``, ``\\makebox[``, ``\\textcolor[`` or
+    ``\\cellcolor[``."""
+    for opened in (
+        "\\only<",
+        "\\makebox[",
+        "\\textcolor[",
+        "\\scalebox{",
+        "\\cellcolor[",
+        "\\cmidrule(",
+        "\\color[",
+    ):
         started = time.perf_counter()
         with contextlib.suppress(DocumentError):  # the parser may refuse so many unclosed groups: in time
             statements(
