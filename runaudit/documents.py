@@ -284,8 +284,9 @@ _LATEX_DECORATION = re.compile(  # each part bounded: \cellcolor[ repeated 20,00
 # table cell they are read as boxes that may hide their digits (:func:`_hides_its_claim`).
 _TEXT_COLOUR = re.compile(rf"\\textcolor{_COLOUR_ARGUMENTS}")
 _COLOUR_SWITCH = re.compile(rf"\\color{_COLOUR_ARGUMENTS}")
+_SWITCH = re.compile(rf"\\{_SWITCHED}(?![A-Za-z])")  # a colour switch, as the reader has it
 # A group that a colour switch opens colours all it holds, as \textcolor colours its argument.
-_SWITCHED_GROUP = re.compile(rf"\{{(\s*)\\{_SWITCHED}(?![A-Za-z])")
+_SWITCHED_GROUP = re.compile(rf"\{{(\s*){_SWITCH.pattern}")
 TABULARS = frozenset(
     {"tabular", "tabular*", "tabularx", "longtable", "array", "tabulary", "tabu", "NiceTabular", "tblr"}
 )
@@ -1434,7 +1435,7 @@ def _latex_table(environment, line_at, document) -> tuple[list[str], list[Row]]:
             raw = re.sub(r"^\s*\[[^\]]*\]", "", raw)
         raw = _SWITCHED_GROUP.sub(rf"\\{_COLOURED}{{\1", raw)
         text = _latex_text(_math_spaced(raw), boxed=True).strip()
-        switched = re.search(rf"\\{_SWITCHED}(?![A-Za-z])", raw) is not None
+        switched = _SWITCH.search(raw) is not None
         if _BOXED[0] in text or _NEGATIVE_SKIP.search(raw) or switched:
             # The gate reads one number per cell: a box that may draw its digits at no size, out of place or
             # unseen (\\scalebox{0}{97.05} 99.99, \\textcolor{white}{97.05} 99.99, in one box or another), or
