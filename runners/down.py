@@ -5,7 +5,7 @@ The box is named as for every remote verb (``--host/--port/--user/--identity/--k
 --remote-root``; strict host keys, secrets by name only). Over one SSH connection ``down`` first takes
 the box's inventory under the remote root: ``active/*`` (live runs), ``export/*``, ``export/.partial/*``
 (an interrupted close), ``export/hardware/*`` and ``quarantine/*`` (``<id>--<attempt>`` maps back to
-``<id>``). A box it cannot list (a transport failure, a refused host key, a remote root that does not
+``<id>``), and which live runs' folders hold a file that ``close`` seals. A box it cannot list (a transport failure, a refused host key, a remote root that does not
 exist) is a refusal, never an approval. Names from the box are untrusted: only a safe id is looked up
 among the local receipts (whose own manifests name the folders checked), never joined to a local path
 by itself; any other name is shown escaped (``repr``) and can only be abandoned, by exactly that name.
@@ -16,7 +16,10 @@ Then, in order, refusing at the first failure:
    has a current receipt over bytes still present here (:func:`runaudit.receipts.receipt_status`, which
    re-hashes any file changed since it was verified), or is named with ``--abandon ID`` (an unsafe name
    by exactly that name; one naming nothing on the box, or a run also named, is refused); an empty
-   inventory with no run named proves nothing about the remote root;
+   inventory with no run named proves nothing about the remote root. A receipt covers the bytes it
+   verified, not newer ones: a run the box is closing again (``export/.partial/<id>``), or whose
+   ``active/<id>`` holds a file ``close`` seals again (training resumed after the pull; once sealed, those
+   names leave ``active/<id>``), is refused until it is pulled and verified again, or abandoned;
 2. the profile's teardown plan is shown: the meter-stop verb, what it deletes, whether it can be undone,
    the other steps and the billables that outlive it, and every danger clock (a profile whose teardown
    differs per member needs the member first);
@@ -40,7 +43,7 @@ import shlex
 import subprocess
 import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +55,7 @@ from runaudit.platforms import Profile
 from runaudit.receipts import RunReceipt, receipt_status
 from runaudit.roster import parse_roster
 from runaudit.runners.box import Box, add_box_arguments, box_from_args
+from runaudit.runners.close import SEALED
 from runaudit.runners.ssh import UNKNOWN_STATE, Remote
 from runaudit.usage import Refusal, existing_dir
 
@@ -75,7 +79,8 @@ HOUSEKEEPING = {
 QUARANTINED = re.compile(r"^(?P<run>.+)--\d{8}T\d{6}Z-[0-9a-f]{6}$", re.DOTALL)
 
 # POSIX sh, read-only. Every name goes back hex-encoded (a name may hold a newline or any byte), and a
-# final sentinel shows that the answer was not cut short. Symlinked areas are followed (a data disk).
+# final sentinel shows that the answer was not cut short. Symlinked areas are followed (a data disk). A live
+# run's folder that holds a name close seals is reported once more, as ``resumed``.
 INVENTORY = r"""
 if [ ! -d "$R" ]; then echo "root=missing"; echo "inventory=complete"; exit 0; fi
 echo "root=present"
@@ -93,6 +98,11 @@ for area in active export export/.partial export/hardware quarantine; do
     else kind=other; fi
     hex=$(printf '%s' "${p##*/}" | od -An -v -tx1 | tr -d ' \n')
     echo "entry $area $kind $hex"
+    if [ "$area" = active ] && [ -d "$p" ]; then
+      for n in $SEALED; do
+        if [ -e "$p/$n" ] || [ -L "$p/$n" ]; then echo "resumed $hex"; break; fi
+      done
+    fi
   done
 done
 echo "inventory=complete"
@@ -110,6 +120,12 @@ class Entry:
     area: str
     name: str  # decoded with surrogateescape, so any byte round-trips to an exact ``--abandon``
     kind: str
+    resumed: bool = False  # a live run's folder that holds a name close seals: bytes newer than any pull
+
+    @property
+    def newer_than_a_receipt(self) -> bool:
+        """Whether the box holds bytes of this run that a receipt made before them cannot cover."""
+        return self.area == "export/.partial" or self.resumed
 
     @property
     def run_id(self) -> str | None:
@@ -131,6 +147,8 @@ class Entry:
         if self.area == "quarantine" and self.run_id is not None and self.run_id != self.name:
             place += self.name
         detail = AREAS[self.area] if self.kind in ("dir", "link-dir") else f"{AREAS[self.area]}, {self.kind}"
+        if self.resumed:
+            detail += f", holding files close seals ({', '.join(SEALED[:2])}, checkpoints)"
         return f"{place}, {detail}"
 
     def as_record(self) -> dict[str, Any]:
@@ -141,6 +159,7 @@ class Entry:
             "run": shown(self.key),
             "kind": self.kind,
             "state": AREAS[self.area],
+            "resumed": self.resumed,
         }
 
 
@@ -190,6 +209,12 @@ def parse_inventory(text: str, box: str, root: str) -> Inventory:
         words = line.split(" ")
         if words[0] == "area" and len(words) == 3 and words[2] == "unreadable":
             raise Refused(f"{cannot} ({root}/{words[1]} cannot be listed); {NOTHING_STOPPED}")
+        if words[0] == "resumed":
+            live = entries[-1] if entries else None
+            if len(words) != 2 or live is None or live.area != "active" or _encoded(live.name) != words[1]:
+                raise Refused(f"{cannot} (an unexpected listing line {line[:80]!r}); {NOTHING_STOPPED}")
+            entries[-1] = replace(live, resumed=True)
+            continue
         if words[0] != "entry":
             continue
         if len(words) != 4 or words[1] not in AREAS:
@@ -203,8 +228,13 @@ def parse_inventory(text: str, box: str, root: str) -> Inventory:
     return Inventory(box, root, tuple(entries))
 
 
+def _encoded(name: str) -> str:
+    """A name as the listing spells it: its bytes in hex."""
+    return name.encode("utf-8", "surrogateescape").hex()
+
+
 def inventory_command(box: Box) -> str:
-    return f"R={shlex.quote(str(box.root))}\n{INVENTORY}"
+    return f"R={shlex.quote(str(box.root))}\nSEALED={shlex.quote(' '.join(SEALED))}\n{INVENTORY}"
 
 
 def take_inventory(box: Box) -> Inventory:
@@ -256,6 +286,8 @@ def coverage(root: Path, named: Sequence[str], inventory: Inventory, abandon: It
             why = "not a safe run id, so no receipt can cover it; abandon it by this exact name"
         elif status is not None and (problems := status.runs[key].problems):
             why = "; ".join(line.removeprefix(f"run {key}: ") for line in problems)
+        elif any(entry.newer_than_a_receipt for entry in found.get(key, ())):
+            why = "the box holds bytes of it newer than its receipt, which covers only the bytes it verified"
         else:
             continue
         uncovered.append(f"{shown(key)} ({places}): {why}")

@@ -249,6 +249,29 @@ def test_a_live_unpulled_run_on_the_box_blocks_until_abandoned(project: Path) ->
     assert list(approve(project, listing, abandon=("d4",)).receipts) == [DEMO_RUN_ID]
 
 
+def test_a_receipted_run_the_box_holds_newer_bytes_of_blocks_until_pulled_again_or_abandoned(
+    project: Path,
+) -> None:
+    """A receipt covers the bytes it verified: a run being closed again, or resumed after its pull, is not home."""
+    closing = inventory(("export", DEMO_RUN_ID), ("export/.partial", DEMO_RUN_ID))
+    with pytest.raises(
+        Refused,
+        match=rf"{DEMO_RUN_ID} \(export/, sealed; export/.partial/, closing, interrupted\): the box holds",
+    ):
+        approve(project, closing)
+    resumed = Inventory(
+        "me@box.invalid:22",
+        "/srv/project",
+        (Entry("export", DEMO_RUN_ID, "dir"), Entry("active", DEMO_RUN_ID, "dir", resumed=True)),
+    )
+    with pytest.raises(Refused, match=r"active/, live, holding files close seals.*newer than its receipt"):
+        approve(project, resumed, roster=(DEMO_RUN_ID,))
+    assert approve(project, resumed, abandon=(DEMO_RUN_ID,)).abandoned == [DEMO_RUN_ID]
+    # After a close, its workspace stays, without the sealed names: the receipt covers the run.
+    closed = inventory(("export", DEMO_RUN_ID), ("active", DEMO_RUN_ID))
+    assert list(approve(project, closed).receipts) == [DEMO_RUN_ID]
+
+
 def test_an_empty_inventory_with_no_run_named_proves_nothing(project: Path) -> None:
     with pytest.raises(Refused, match=r"holds no run under /srv/project.*check --remote-root"):
         approve(project, inventory())
@@ -328,6 +351,8 @@ def test_the_listing_is_decoded_strictly() -> None:
             "root=present",
             "area active present",
             f"entry active dir {hexed('d4')}",
+            f"resumed {hexed('d4')}",
+            f"entry active dir {hexed('d5')}",
             f"entry export dir {hexed('.partial')}",  # the harness's own folders and lock are not runs
             f"entry export dir {hexed('hardware')}",
             f"entry export file {hexed('.close.lock')}",
@@ -338,13 +363,19 @@ def test_the_listing_is_decoded_strictly() -> None:
         ]
     )
     found = parse_inventory(answer, "me@box:22", "/r")
-    assert [(entry.area, entry.key, entry.run_id) for entry in found.entries] == [
-        ("active", "d4", "d4"),
-        ("export/.partial", "d6", "d6"),
-        ("export/hardware", "h1", "h1"),
-        ("quarantine", "odd\udcff", None),
+    assert [(entry.area, entry.key, entry.run_id, entry.resumed) for entry in found.entries] == [
+        ("active", "d4", "d4", True),
+        ("active", "d5", "d5", False),
+        ("export/.partial", "d6", "d6", False),
+        ("export/hardware", "h1", "h1", False),
+        ("quarantine", "odd\udcff", None, False),
     ]
-    assert found.entries[1].where == "export/.partial/, closing, interrupted"
+    assert found.entries[2].where == "export/.partial/, closing, interrupted"
+    # "resumed" belongs to the live run listed just before it, by the same name, and to nothing else.
+    for stray in (f"resumed {hexed('d5')}", f"resumed {hexed('d4')} x", f"resumed {hexed('d6')}"):
+        lines = answer.replace("inventory=complete", f"{stray}\ninventory=complete")
+        with pytest.raises(Refused, match="unexpected listing line"):
+            parse_inventory(lines.replace(f"resumed {hexed('d4')}\n", ""), "me@box:22", "/r")
     with pytest.raises(Refused, match="cut short"):
         parse_inventory(answer.replace("inventory=complete", ""), "me@box:22", "/r")
     with pytest.raises(Refused, match=r"/r does not exist on me@box:22.*check --remote-root"):

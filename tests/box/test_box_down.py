@@ -91,7 +91,8 @@ def test_a_live_unpulled_run_blocks_until_it_is_abandoned(
     (box / "active" / "d4" / "train.csv").write_text("epoch,loss\n0,1.0\n")
     assert down(sshbox, pulled, box, "--run", DEMO_RUN_ID) == 2
     err = refused(capsys)
-    assert "d4 (active/, live): no pull manifest names it" in err and f"{DEMO_RUN_ID} (" not in err
+    assert "d4 (active/, live, holding files close seals" in err and f"{DEMO_RUN_ID} (" not in err
+    assert "no pull manifest names it" in err
 
     assert down(sshbox, pulled, box, "--run", DEMO_RUN_ID, "--abandon", "d4") == 0
     out, err = capsys.readouterr()
@@ -105,6 +106,26 @@ def test_a_live_unpulled_run_blocks_until_it_is_abandoned(
         ("export", DEMO_RUN_ID),
     ]
     assert (box / "active" / "d4" / "train.csv").is_file()  # down only listed the box
+
+
+def test_a_run_resumed_or_closed_again_after_its_pull_blocks_until_pulled_again(
+    sshbox: SshBox, pulled: Pulled, box: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The receipt is current, but the box now holds bytes of the run it never verified."""
+    workspace = box / "active" / DEMO_RUN_ID
+    workspace.mkdir(parents=True, exist_ok=True)
+    assert down(sshbox, pulled, box, "--run", DEMO_RUN_ID) == 0  # closed: its workspace stays, approved
+    capsys.readouterr()
+    (workspace / "last.pth").write_bytes(b"resumed training")
+    assert down(sshbox, pulled, box, "--run", DEMO_RUN_ID) == 2
+    err = refused(capsys)
+    assert (
+        f"{DEMO_RUN_ID} (active/, live, holding files close seals" in err and "newer than its receipt" in err
+    )
+    (workspace / "last.pth").unlink()
+    (box / "export" / ".partial" / DEMO_RUN_ID).mkdir(parents=True)
+    assert down(sshbox, pulled, box) == 2
+    assert "export/.partial/, closing, interrupted" in refused(capsys)
 
 
 def test_a_quarantined_run_blocks_the_same_way(
