@@ -138,9 +138,22 @@ LATEX_SKIPPED = frozenset(
         "renewcommand", "arraystretch", "tabcolsep", "fontsize", "linewidth", "textwidth", "columnwidth",
     }
 )  # fmt: skip
+# natbib's citations: each prints what the bibliography makes of its key, never a stated result.
+LATEX_CITATIONS = frozenset(
+    {"citealt", "citealp", "citeauthor", "citefullauthor", "citeyear", "citeyearpar", "Citet", "Citep",
+     "Citealt", "Citealp", "Citeauthor", "citenum", "citetalias", "citepalias"}
+)  # fmt: skip
+LATEX_SKIPPED |= LATEX_CITATIONS
 # Skipped macros that still print something where they stand (a citation mark, a reference number, a link).
 LATEX_SKIPPED_SHOWN = frozenset(
-    {"cite", "citep", "citet", "bibliography"}
+    {"cite", "citep", "citet", "bibliography", *LATEX_CITATIONS}
+)  # fmt: skip
+# Commands whose arguments pylatexenc's parser reads but which print nothing: settings and definitions.
+LATEX_SETTINGS = frozenset(
+    {"RequirePackage", "selectlanguage", "addlength", "setcounter", "addcounter", "addtocounter",
+     "providecommand", "newenvironment", "renewenvironment", "provideenvironment", "DeclareMathOperator",
+     "hypersetup", "definecolor", "providecolor", "colorlet", "pagecolor", "nopagecolor", "rowcolors",
+     "defcitealias"}
 )  # fmt: skip
 # References and insertions print what the reader never sees (``\ref{nine}7.05`` may be typeset 97.05,
 # ``\input{nine}7.05`` too; an empty ``\url{}`` or a blank image stands between two digits unseen).
@@ -1031,9 +1044,7 @@ def _walker_context() -> Any:
 
 @functools.cache
 def _known_to_the_converter(macro: str) -> bool:
-    from pylatexenc.latex2text import get_default_latex_context_db
-
-    return get_default_latex_context_db().get_macro_spec(macro) is not None
+    return _converter().latex_context.get_macro_spec(macro) is not None
 
 
 def _walk_latex(nodes, prose, tables, stamp, line_at, vocabulary, document, source) -> None:  # type: ignore[no-untyped-def]
@@ -1334,6 +1345,10 @@ def _converter() -> Any:
 
         return printed
 
+    def arguments(node: Any, l2tobj: Any) -> str:
+        parsed = node.nodeargd.argnlist if node.nodeargd and node.nodeargd.argnlist else []
+        return " ".join(l2tobj.nodelist_to_text([part]) for part in parsed if part is not None)
+
     context = get_default_latex_context_db()
     context.add_context_category(
         "runaudit-boxes",
@@ -1342,6 +1357,23 @@ def _converter() -> Any:
             MacroTextSpec(name, simplify_repl=box(name in LATEX_RESHAPING or name == _COLOURED))
             for name in LATEX_BOXES
             if name not in LATEX_OVERPRINTS and (name not in LATEX_MARKS or name in LATEX_INDICES)
+        ],
+    )
+    # The commands whose arguments the parser reads and the converter does not know were printed as nothing
+    # (``\textsf{91.00}`` went unread in a cell and in prose): they print what their arguments hold, but
+    # settings (nothing), citations (a mark) and ``\verb`` (code, never a claim, as in Markdown).
+    unknown = [
+        spec.macroname
+        for spec in _walker_context().iter_macro_specs()
+        if context.get_macro_spec(spec.macroname) is None
+    ]
+    context.add_context_category(
+        "runaudit-parsed",
+        macros=[
+            MacroTextSpec(name, simplify_repl=" " if name in LATEX_CITATIONS else "")
+            if name in LATEX_SETTINGS or name in LATEX_CITATIONS or name == "verb"
+            else MacroTextSpec(name, simplify_repl=arguments)
+            for name in unknown
         ],
     )
     return LatexNodes2Text(latex_context=context, math_mode="text")

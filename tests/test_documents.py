@@ -1052,3 +1052,36 @@ def test_boxes_colours_and_overlays_left_open_are_checked_in_linear_time() -> No
                 "p.tex",
             )
         assert time.perf_counter() - started < 2, opened
+
+
+def test_what_commands_the_converter_does_not_know_hold_is_read_in_cells_and_prose() -> None:
+    """pylatexenc's parser reads the arguments of ``\\textsf``, ``\\texttt``, ``\\textmd``, ``\\textup`` and
+    ``\\citetext``, and its converter printed nothing for them: a wrong value in ``\\textsf{91.00}`` went
+    unread in a cell (the table passed on its other rows) and in prose, and a wrong ``\\texttt{$\\pm$ 9.90}``
+    left its value checked alone."""
+    for command in ("textsf", "texttt", "textmd", "textup", "citetext"):
+        table = _tabular(
+            f"Arm & Accuracy (\\%) \\\\\nprobe & \\{command}{{91.00}} \\\\\nbaseline & 96.00 \\\\\n"
+        )
+        found = statements(table, "latex", WORDS, "p.tex")
+        assert [(item.subject, item.printed.text) for item in found] == [
+            ("probe", "91.00"),
+            ("baseline", "96.00"),
+        ], command
+        prose = f"The probe reaches an accuracy of \\{command}{{91.00\\%}}."
+        assert [item.printed.value for item in statements(prose, "latex", WORDS, "p.tex")] == [
+            Decimal("91.00")
+        ]
+    [cell] = statements(
+        _tabular("Arm & Accuracy (\\%) \\\\\nprobe & 97.05 \\texttt{$\\pm$ 9.90} \\\\\n"),
+        "latex",
+        WORDS,
+        "p.tex",
+    )
+    assert cell.printed.error == Decimal("9.90")
+    # Settings print nothing and citations a mark: neither is a stated number.
+    quiet = (
+        "\\setcounter{secnumdepth}{3}\\definecolor{ours}{rgb}{0.1,0.5,0.9}The probe reaches an accuracy of "
+        "97.05\\% \\citeyear{he2016} on clean digits."
+    )
+    assert [item.printed.value for item in statements(quiet, "latex", WORDS, "p.tex")] == [Decimal("97.05")]
