@@ -14,7 +14,6 @@ from runaudit import manifest as manifests
 from runaudit.capsule import UNLISTED
 from runaudit.fixtures.custody import Custody
 from runaudit.fixtures.verdicts import AuditRecorder
-from runaudit.hashing import HashCache
 from runaudit.ids import duplicates, is_safe_id
 from runaudit.receipts import run_receipt
 from runaudit.run import Run
@@ -184,7 +183,8 @@ def test_sha256(
 def test_receipt(run: Run, custody: Custody, audit: AuditRecorder) -> None:
     """A receipt is current for the run (bound to the manifest's SHA-256 and pull id, the run in its roster,
     every listed file still regular, of its size, with its recorded stat key or SHA-256), else fails;
-    before any ``runaudit verify`` it says not_run.
+    before any ``runaudit verify`` it says not_run. A file changed since verification is hashed again, never
+    read from the stat-keyed cache: this is the question ``runaudit down`` asks.
     """
     manifest = custody.require_manifest(audit)
     if manifests.receipt_of(manifest) is None:
@@ -192,8 +192,8 @@ def test_receipt(run: Run, custody: Custody, audit: AuditRecorder) -> None:
             f"pull {manifest.pull_id} has no {manifests.RECEIPT} yet: the pull has not been verified "
             "(`runaudit verify` writes it once every custody audit passes)"
         )
-    # Within this session's trust boundary, as manifest.sha256: `runaudit down` hashes a changed file fresh.
-    cache = None if custody.fresh else HashCache(run.root)
-    found = run_receipt(run.root, run.run_id, pull_id=manifest.pull_id, cache=cache)
+    # Without the stat-keyed hash cache, as `runaudit down` asks (a file changed since verification is hashed
+    # again): the cache may stand in for manifest.sha256's hashes, never for the answer teardown rests on.
+    found = run_receipt(run.root, run.run_id, pull_id=manifest.pull_id)
     audit.evidence(receipt=found.path, pull_id=found.pull_id, manifest_sha256=manifest.sha256)
     audit.require(found.current, "; ".join(found.problems), problems=list(found.problems))

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from runaudit.hashing import HashCache
 from runaudit.receipts import run_receipt
 from runaudit.run import Run
 
@@ -19,9 +18,9 @@ def _text(value: Any) -> str | None:
 
 def binding_receipt(run: Run) -> dict[str, Any] | None:
     """The receipt of the manifest governing the run, whether it is current, and why not; else None."""
-    # Inside the audit session's trust boundary: the stat-keyed hash cache it hashed into may stand in for
-    # a fresh hash of a file touched since verification; `runaudit down` always hashes such a file again.
-    found = run_receipt(run.root, run.run_id, cache=HashCache(run.root))
+    # Without the stat-keyed hash cache, as `runaudit down` asks: a file touched since verification is hashed
+    # again. With it, a forged cache entry made the banner say yes where down says no.
+    found = run_receipt(run.root, run.run_id)
     if found.path is None or found.pull_id is None:
         return None
     document = found.document or {}

@@ -294,3 +294,33 @@ def test_the_demo_re_proves_a_receipt_that_no_longer_holds(project: Path) -> Non
     assert not receipt_status(project, [DEMO_RUN_ID]).ok
     ensure_demo(project, progress=io.StringIO())
     assert receipt_status(project, [DEMO_RUN_ID]).ok
+
+
+def test_a_forged_hash_cache_entry_never_makes_the_receipt_or_the_banner_say_yes(
+    run_audits, project: Path, capsule_dir: Path
+) -> None:
+    """The cache may stand in for manifest.sha256's hashes inside the trust boundary, but the receipt is the
+    question ``runaudit down`` asks, without it: a byte changed after verification, with the cache forged to
+    give the new stat key the listed digest, made the banner say yes while down refused."""
+    from runaudit.hashing import HashCache
+
+    history = capsule_dir / "train.csv"
+    listed = next(
+        entry["sha256"]
+        for entry in json.loads(
+            (project / "_trust" / "pulls" / DEMO_RUN_ID / manifests.MANIFEST).read_text()
+        )["files"]
+        if entry["path"] == f"{DEMO_RUN_ID}/train.csv"
+    )
+    data = bytearray(history.read_bytes())
+    digit = next(index for index in range(len(data) - 1, 0, -1) if chr(data[index]).isdigit())
+    data[digit] = ord("1") if data[digit] != ord("1") else ord("2")
+    history.write_bytes(bytes(data))
+    cache = HashCache(project)
+    cache.put(history, history.lstat(), listed)
+    cache.save()
+    assert not receipt_status(project, [DEMO_RUN_ID], check_bytes=True).ok
+    outcome = run_audits(capsule_dir, project, "-m", "custody")
+    assert outcome.report["teardown"]["answer"] != "yes"
+    [receipt] = outcome.find("manifest.receipt")
+    assert receipt["verdict"] == "failed" and "train.csv" in receipt["message"]
