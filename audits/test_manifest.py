@@ -113,11 +113,15 @@ def test_path_safety(run: Run, custody: Custody, audit: AuditRecorder) -> None:
     problems += [f"{rel} is a symlink" for rel in custody.tree.symlinks]
     problems += [f"{rel} is a special file" for rel in custody.tree.specials]
     problems += [f"{rel}/ was not listed ({UNLISTED})" for rel in custody.tree.unlisted]
-    capsule = (run.holder / run.run_id).resolve()
+    capsule = _resolved(run.holder / run.run_id)
     for entry in manifest.entries_of(run.run_id):
-        target = run.holder / str(entry["path"])
-        if not manifests.path_problems(entry["path"]) and capsule not in target.resolve().parents:
-            problems.append(f"{entry['path']} resolves to {target.resolve()}, outside {capsule}")
+        if manifests.path_problems(entry["path"]):
+            continue
+        target = _resolved(run.holder / str(entry["path"]))
+        if target is None or capsule is None:
+            problems.append(f"{entry['path']} cannot be resolved: a symlink on its way loops")
+        elif capsule not in target.parents:
+            problems.append(f"{entry['path']} resolves to {target}, outside {capsule}")
     audit.evidence(problems=problems[:100])
     audit.require(
         not problems,
@@ -125,6 +129,14 @@ def test_path_safety(run: Run, custody: Custody, audit: AuditRecorder) -> None:
     )
     # Every path is safe, yet a manifest that breaks its contract passes nothing.
     custody.require_manifest(audit)
+
+
+def _resolved(path: Path) -> Path | None:
+    """``path`` with every symlink followed, or None where they loop (``test -> test``)."""
+    try:
+        return path.resolve()
+    except (OSError, RuntimeError):  # Python 3.11 raises RuntimeError for a loop, later versions OSError
+        return None
 
 
 def _local_file(

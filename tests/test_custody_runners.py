@@ -65,6 +65,21 @@ def test_manifest_refusals(project: Path, tmp_path: Path, capsys, roster_text, d
     assert not (project / "_trust" / "pulls" / "p2").exists()
 
 
+def test_an_id_or_a_path_ending_in_a_line_break_is_unsafe(project: Path, tmp_path: Path) -> None:
+    """``$`` matches before a final line break: "demo\\n" passed as a safe id, a manifest path and a roster
+    id, and such names reach rsync's newline-separated ``--files-from`` and the messages unescaped."""
+    from runaudit.ids import is_safe_id
+    from runaudit.manifest import path_problems
+
+    assert is_safe_id("demo") and not is_safe_id("demo\n") and not is_safe_id("demo\r")
+    assert path_problems("demo/best.pth") == [] and path_problems("demo/best.pth\n") != []
+    assert _manifest(project, _roster(tmp_path, "demo\n"), "p2") == 0
+    document = json.loads((project / "_trust" / "pulls" / "p2" / MANIFEST).read_text())
+    assert schema_problems("pull", document) == []
+    for field, value in (("roster", ["demo\n"]), ("pull_id", "p2\n")):
+        assert schema_problems("pull", {**document, field: value}) != [], field
+
+
 def test_manifest_is_complete_sorted_valid_and_immutable(project: Path, tmp_path: Path, capsys) -> None:
     roster = _roster(tmp_path, "demo  # the demo run\n")
     assert _manifest(project, roster, "p2", "--node", "box-a") == 0

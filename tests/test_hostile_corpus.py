@@ -413,6 +413,12 @@ def _folder_swapped_for_link(project: Path, capsule: Path, outside: Path) -> Non
     (capsule / "test").symlink_to(elsewhere, target_is_directory=True)
 
 
+def _folder_a_symlink_loop(project: Path, capsule: Path, outside: Path) -> None:
+    """``test -> test``: resolving any path through it loops (Python 3.11 raised RuntimeError in the audit)."""
+    shutil.move(capsule / "test", outside / "test")
+    (capsule / "test").symlink_to("test", target_is_directory=True)
+
+
 def _tamper_byte(capsule: Path) -> None:
     csv = capsule / "train.csv"
     text = csv.read_text()
@@ -1148,6 +1154,12 @@ CASES = [
     Case(
         "folder-swapped-for-a-link",
         _folder_swapped_for_link,
+        ("manifest.path_safety", "manifest.receipt"),
+        ("manifest.path_safety",),
+    ),
+    Case(
+        "folder-a-symlink-loop",
+        _folder_a_symlink_loop,
         ("manifest.path_safety", "manifest.receipt"),
         ("manifest.path_safety",),
     ),
