@@ -16,6 +16,7 @@ Anything else is a problem line naming the run, the file and the command that wo
 
 from __future__ import annotations
 
+import contextlib
 import os
 import stat
 from collections.abc import Iterable, Mapping
@@ -24,8 +25,9 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from runaudit import manifest as manifests
+from runaudit.atomic import fsync_dir
 from runaudit.hashing import HashCache, hash_files, stat_key
-from runaudit.safeio import kind_of
+from runaudit.safeio import kind_of, open_regular
 from runaudit.schema import schema_problems
 
 RECEIPT_VERSION = "runaudit.receipt/2"
@@ -200,6 +202,54 @@ def receipt_status(
     }
     problems = [line for item in found.values() for line in item.problems]
     return ReceiptStatus(not problems, problems, found)
+
+
+def flush_to_disk(holder: Path, paths: Iterable[str]) -> None:
+    """Write back every manifest path under ``holder`` that is a regular file, and the folders that hold them,
+    before verification takes their stat keys and hashes them.
+
+    A receipt says the bytes are on this machine: pages not yet written back are lost with a power cut after
+    the box is gone. And the stat key only sees a change that the kernel stamps: a write through a shared
+    writable mapping to a page that is already dirty takes no fault and changes neither mtime nor ctime, so
+    a NaN written that way after verification kept the receipt current. Written back, each page is clean and
+    its next write through any mapping faults and stamps the file (ext4, XFS, btrfs; tmpfs stamps no write
+    through a mapping, so there a receipt is only as good as the processes that hold its files open).
+    What cannot be opened is left to the audits, which report it.
+    """
+    listed = list(paths)
+    for rel in listed:
+        try:
+            with open_regular(holder / rel) as handle:
+                os.fsync(handle.fileno())
+        except OSError:
+            continue
+    for folder in _folders_of(listed):
+        with contextlib.suppress(OSError):
+            fsync_dir(holder / folder)
+
+
+def _folders_of(paths: Iterable[str]) -> list[str]:
+    """Every folder on the way to ``paths`` (relative, POSIX), once, sorted."""
+    return sorted({str(parent) for rel in paths for parent in PurePosixPath(rel).parents if parent.parts})
+
+
+def folder_snapshot(holder: Path, paths: Iterable[str]) -> dict[str, list[int] | str]:
+    """The key of every folder on the way to each manifest path under ``holder``, now: device, inode, mtime
+    and ctime (ns).
+
+    A file's own stat key says nothing of the folders that lead to it: a folder renamed away and back while
+    verification hashed (another with the good bytes swapped in meanwhile) leaves each file's key as it was,
+    but a rename changes the ctime of the folder it moves and of the folders it leaves and enters.
+    """
+    keys: dict[str, list[int] | str] = {}
+    for rel in _folders_of(paths):
+        try:
+            info = os.lstat(holder / rel)
+        except OSError as exc:
+            keys[rel] = f"cannot be read: {exc.strerror or exc}"
+            continue
+        keys[rel] = [info.st_dev, info.st_ino, info.st_mtime_ns, info.st_ctime_ns]
+    return keys
 
 
 def snapshot(holder: Path, paths: Iterable[str]) -> dict[str, list[int] | str]:

@@ -28,7 +28,7 @@ from runaudit.atomic import write_json_atomic
 from runaudit.clock import utc_now
 from runaudit.ids import is_safe_id
 from runaudit.options import FRESH_HASHES_OPTION, PULL_OPTION
-from runaudit.receipts import ACCEPTANCE_VERSION, RECEIPT_VERSION, snapshot
+from runaudit.receipts import ACCEPTANCE_VERSION, RECEIPT_VERSION, flush_to_disk, folder_snapshot, snapshot
 from runaudit.runners.suite import failures, run_suites
 from runaudit.safeio import JSON_CAP, read_regular
 from runaudit.schema import schema_problems
@@ -95,6 +95,8 @@ def verify_pull(root: Path, pull_id: str, *, log: Callable[[str], None] = print)
     for run_id in present:
         log(f"verify {pull_id}: auditing {run_id} at {holder / run_id}")
     listed = [entry["path"] for run_id in present for entry in manifest.entries_of(run_id)]
+    flush_to_disk(holder, listed)
+    folders_before = folder_snapshot(holder, listed)
     before = snapshot(holder, listed)
     suites = run_suites(
         [holder / run_id for run_id in present], root, args=(*VERIFY_ARGS, PULL_OPTION, pull_id)
@@ -119,6 +121,13 @@ def verify_pull(root: Path, pull_id: str, *, log: Callable[[str], None] = print)
     after = snapshot(holder, listed)
     verification.problems += [
         f"{holder / rel} changed while it was being verified" for rel in listed if before[rel] != after[rel]
+    ]
+    folders_after = folder_snapshot(holder, listed)
+    verification.problems += [
+        f"{holder / rel}/ was moved, replaced or changed while it was being verified: the bytes hashed may not "
+        "be the ones its files hold"
+        for rel, key in folders_before.items()
+        if folders_after.get(rel) != key
     ]
     verification.stat_keys = before
     if manifests.read_manifest(manifest.path).sha256 != manifest.sha256:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -129,6 +130,72 @@ def test_verify_writes_a_bound_receipt_then_revokes_it_when_bytes_change(
     assert [p.name for p in pull.glob("PULL_VERIFIED.revoked-*.json")]  # moved aside, never deleted
     status = receipt_status(project, ["demo"])
     assert not status.ok and "no receipt" in status.problems[0]
+
+
+def test_a_folder_swapped_away_while_verify_hashes_writes_no_receipt(
+    project: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    """A process swaps a good copy of a folder in while the sessions hash, and the damaged one back after: no
+    file's own stat key changes, so the receipt was written over bytes the capsule no longer holds."""
+    from runaudit.runners import custody
+
+    assert _manifest(project, _roster(tmp_path, "demo\n"), "p2") == 0
+    folder = project / "export" / DEMO_RUN_ID / "test" / "main" / "vis" / "noise" / "prediction"
+    good = tmp_path / "good"
+    shutil.copytree(folder, good)
+    png = sorted(folder.iterdir())[0]
+    data = bytearray(png.read_bytes())
+    data[-20] ^= 0xFF  # same size
+    png.write_bytes(bytes(data))
+    real = custody.run_suites
+
+    def swapped(*args, **kwargs):
+        aside = tmp_path / "aside"
+        os.rename(folder, aside)
+        os.rename(good, folder)
+        try:
+            return real(*args, **kwargs)
+        finally:
+            os.rename(folder, good)
+            os.rename(aside, folder)
+
+    monkeypatch.setattr(custody, "run_suites", swapped)
+    assert main(["verify", "--root", str(project), "--pull-id", "p2"]) == 1
+    err = capsys.readouterr().err
+    assert "prediction/ was moved, replaced or changed while it was being verified" in err
+    assert not (project / "_trust" / "pulls" / "p2" / RECEIPT).exists()
+
+
+def test_verify_writes_every_file_and_folder_back_to_disk_before_it_takes_their_keys(
+    project: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A page dirtied through a shared writable mapping before verify took no fault when written again after
+    it: best.pth got a NaN with its stat key unchanged, and the receipt stayed current (found by an attack;
+    /tmp/attackA/f1_mmap_dirty_page.py in stop 37's note). Written back first, every later write faults and
+    stamps the file; and a receipt never speaks for bytes still only in the page cache."""
+    from runaudit import receipts
+    from runaudit.runners import custody
+
+    assert _manifest(project, _roster(tmp_path, "demo\n"), "p2") == 0
+    flushed: set[Path] = set()
+    real_fsync, real_snapshot = os.fsync, custody.snapshot
+    keyed: list[set[Path]] = []
+
+    def fsync(fd: int) -> None:
+        flushed.add(Path(os.readlink(f"/proc/self/fd/{fd}")))
+        real_fsync(fd)
+
+    def snapshot(holder: Path, paths):
+        keyed.append(set(flushed))
+        return real_snapshot(holder, paths)
+
+    monkeypatch.setattr(receipts.os, "fsync", fsync)
+    monkeypatch.setattr(custody, "snapshot", snapshot)
+    assert main(["verify", "--root", str(project), "--pull-id", "p2"]) == 0
+    capsule = (project / "export" / DEMO_RUN_ID).resolve()
+    files = {path.resolve() for path in capsule.rglob("*") if path.is_file()}
+    folders = {capsule, *(path.resolve() for path in capsule.rglob("*") if path.is_dir())}
+    assert len(files) > 400 and (files | folders) <= keyed[0]  # before the first key was taken
 
 
 @pytest.mark.parametrize("platform", ["linux", "darwin"], ids=["forked-sessions", "fresh-processes"])
