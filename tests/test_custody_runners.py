@@ -170,9 +170,9 @@ def test_verify_writes_every_file_and_folder_back_to_disk_before_it_takes_their_
     project: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A page dirtied through a shared writable mapping before verify took no fault when written again after
-    it: best.pth got a NaN with its stat key unchanged, and the receipt stayed current (found by an attack;
-    /tmp/attackA/f1_mmap_dirty_page.py in stop 37's note). Written back first, every later write faults and
-    stamps the file; and a receipt never speaks for bytes still only in the page cache."""
+    it: best.pth got a NaN with its stat key unchanged, and the receipt stayed current (an attack on ext4 that
+    mapped best.pth, wrote it unchanged before verify and a NaN after). Written back first, every later
+    write faults and stamps the file; and a receipt never speaks for bytes still only in the page cache."""
     from runaudit import receipts
     from runaudit.runners import custody
 
