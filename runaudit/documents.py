@@ -105,7 +105,7 @@ _STAMP = re.compile(
 )
 _ANCHOR = re.compile(r"^\s*runaudit:\s*(?P<target>\S+)\s*$")
 _MD_COMMENT = re.compile(r"<!--(.*?)-->", re.DOTALL)
-_TAG = re.compile(r"</?[A-Za-z][^>]*>")
+_TAG = re.compile(r"</?[A-Za-z][^<>]{0,2000}>")  # bounded: a run of unclosed "<b " took quadratic time
 _PERCENT_HEAD = re.compile(r"%|\bpercent\b", re.IGNORECASE)
 _DELTA_HEAD = re.compile(r"Δ|\\Delta|\bdelta\b|\bgain\b|\bdiff(?:erence)?\b|\bimprovement\b", re.IGNORECASE)
 # A column of the spread beside its metric's (``accuracy_se``, ``Accuracy (std)``), not one of values with their
@@ -902,11 +902,60 @@ def _anchor(comment: str) -> str | None:
 # -- Markdown ----------------------------------------------------------------------------------------------
 
 
+# HTML in Markdown that may keep what it holds off the page while the reader, which drops tags, reads it: an
+# element hidden, styled, coloured or classed (a stylesheet decides what shows), and the elements that never
+# render. ``<span hidden>97.05</span> `91.00``` in a cell passed 97.05 where the page shows 91.00.
+_HIDING_ATTRIBUTE = re.compile(r"\s(?:hidden|style|class|color)(?![^\s=/>])", re.IGNORECASE)
+_OPENING_TAG = re.compile(r"<([A-Za-z][A-Za-z0-9-]{0,30})(\s[^<>]{0,2000})?/?>")
+_NEVER_RENDERED = frozenset({"template", "noscript", "script", "style", "textarea"})
+_VOID = frozenset(
+    {"area", "br", "col", "embed", "hr", "img", "input", "link", "meta", "source", "track", "wbr"}
+)
+HIDING_REACH = 10_000  # characters of an element's content searched for a digit, and for its closing tag
+
+
+_CLOSING_TAG = re.compile(r"</([A-Za-z][A-Za-z0-9-]{0,30})")
+
+
+def _hiding_html(content: str) -> str | None:
+    """The first element of ``content`` (code spans blanked) that may hide a digit it holds, as written.
+
+    Linear in ``content``: the closing tags and the digits outside every tag are indexed once, so that
+    thousands of hiding elements without a digit cost no scan each.
+    """
+    closings: dict[str, list[int]] = {}
+    for found in _CLOSING_TAG.finditer(content):
+        closings.setdefault(found.group(1).lower(), []).append(found.start())
+    shown = _TAG.sub(lambda found: " " * len(found.group(0)), content)
+    digits_before = [0, *itertools.accumulate(char.isdigit() for char in shown)]
+    for found in _OPENING_TAG.finditer(content):
+        tag = found.group(1).lower()
+        if tag in _VOID or not (tag in _NEVER_RENDERED or _HIDING_ATTRIBUTE.search(found.group(2) or "")):
+            continue
+        ends = closings.get(tag, [])
+        following = bisect.bisect_left(ends, found.end())
+        end = min(ends[following] if following < len(ends) else len(content), found.end() + HIDING_REACH)
+        if digits_before[end] > digits_before[found.end()]:
+            return found.group(0)
+    return None
+
+
 def markdown_statements(text: str, vocabulary: Vocabulary, document: str) -> Iterator[Statement]:
     from markdown_it import MarkdownIt
 
     source = text.splitlines()
     tokens = MarkdownIt("commonmark").enable("table").parse(text)
+    for token in tokens:
+        if token.type in ("inline", "html_block"):
+            shown = _CODE_SPAN.sub(
+                lambda found: " " * len(found.group(0)), _MD_COMMENT.sub(" ", token.content)
+            )
+            if (element := _hiding_html(shown)) is not None:
+                raise DocumentError(
+                    f"{document}:{_first_line(token)}: {element[:60]!r} holds a number the page may not show "
+                    "(hidden, styled, coloured, classed or never rendered), while the reader, which drops tags, "
+                    "would read it: what is checked may not be what is shown (docs/claims.md)"
+                )
     prose = Prose()
     stamp: Stamp | None = None
     pending = ""  # anchors on lines of their own, for the paragraph that follows
