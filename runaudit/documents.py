@@ -238,6 +238,8 @@ _COLOURED_DIGITS = re.compile(
     _part_of_a_number(rf"{_COLOUR}\s*\{{|\{{\s*{_COLOUR}\s*").pattern
     # \textcolor's argument unbraced is one character: \textcolor{white}97.05 colours the 9 alone.
     + rf"|\\textcolor{_COLOUR_ARGUMENTS}\s*[\d.](?=[\d.\\])"
+    # However deeply grouped, a colour's digit against the digit after its groups: \textcolor{white}{{9}}7.05
+    + rf"|{_COLOUR}[^\n]{{0,200}}?\d\.?\s*\}}+\.?\d"
 )
 # Beamer's overlays draw what they hold on some slides only: \only<2>{9}7.05 shows 7.05 on the first, where the
 # text reads 97.05. (Boxes that may draw what they hold at no size end a number in the reader instead:
@@ -1805,6 +1807,68 @@ _SPLITTING = re.compile(
 )
 
 
+def _jump(jumps: list[tuple[int, int]], here: int, there: int) -> None:
+    """Record that offset ``here`` of the joined text is offset ``there`` of the source, forgetting the jumps
+    recorded past ``here`` (a group dropped whole takes back what was kept after its brace)."""
+    while jumps and jumps[-1][0] >= here:
+        jumps.pop()
+    jumps.append((here, there))
+
+
+def _as_typeset(latex: str) -> tuple[str, Callable[[int], int]]:
+    """``latex`` as TeX joins it for the patterns that find part of a number coloured or under an overlay, and
+    the offset in ``latex`` of each offset in it.
+
+    A comment takes its line break and the next line's leading blanks with it (``\\textcolor{white}{9}%``
+    over ``7.05`` typesets 97.05 with the 9 white), an empty group after a digit prints nothing
+    (``{9{}}7.05``), and any other single line break is a space. Each of these had let a coloured digit pass
+    the patterns. One pass.
+    """
+    kept: list[str] = []  # pieces of one or two characters (an escape)
+    jumps: list[tuple[int, int]] = [(0, 0)]  # (offset here, offset in latex) wherever text was dropped
+    groups: list[list[int]] = []  # each open group: [its piece index, its offset here, whether it holds text]
+    length, index = 0, 0
+    while index < len(latex):
+        char = latex[index]
+        if char == "%":
+            end = latex.find("\n", index)
+            index = len(latex) if end < 0 else end + 1
+            while index < len(latex) and latex[index] in " \t":
+                index += 1
+            _jump(jumps, length, index)
+            continue
+        if (
+            char == "}"
+            and groups
+            and not groups[-1][2]
+            and _DIGIT_AT_END.search("".join(kept[max(0, groups[-1][0] - 2) : groups[-1][0]]))
+        ):
+            # An empty group after a digit prints nothing there (an empty argument is kept: \\textcolor{red}{})
+            piece, length, _ = groups.pop()
+            del kept[piece:]
+            _jump(jumps, length, index + 1)
+            index += 1
+            continue
+        if char == "}" and groups:
+            groups.pop()
+        piece = latex[index : index + 2] if char == "\\" else char
+        if piece == "\n" and latex[index + 1 : index + 2] != "\n" and latex[index - 1 : index] != "\n":
+            piece = " "
+        if char == "{":  # what it holds, not its brace, makes the group around it hold text
+            groups.append([len(kept), length, False])
+        elif groups and not piece.isspace():
+            groups[-1][2] = True
+        kept.append(piece)
+        length, index = length + len(piece), index + len(piece)
+    starts = [here for here, _ in jumps]
+
+    def origin(offset: int) -> int:
+        here, there = jumps[bisect.bisect_right(starts, offset) - 1]
+        return there + offset - here
+
+    return "".join(kept), origin
+
+
 def hidden_number(text: str, form: str) -> str | None:
     """Where ``text`` shows a number otherwise than the claims gate reads it, or None.
 
@@ -1825,15 +1889,18 @@ def hidden_number(text: str, form: str) -> str | None:
             text = html.unescape(text)
     if form == "latex" and (code := _TEX_CHARACTER_CODES.search(text)) is not None:
         return f"TeX character codes ({code.group()}) at line {_line(text, code.start())}"
-    if form == "latex" and (coloured := _COLOURED_DIGITS.search(text)) is not None:
+    typeset, origin = _as_typeset(text) if form == "latex" else (text, int)
+    if form == "latex" and (coloured := _COLOURED_DIGITS.search(typeset)) is not None:
         return (
-            f"a colour command colours part of a number at line {_line(text, coloured.start())} (its digits may "
-            "be drawn in the page's colour): colour whole numbers"
+            f"a colour command colours part of a number at line {_line(text, origin(coloured.start()))} (its "
+            "digits may be drawn in the page's colour): colour whole numbers"
         )
-    if form == "latex" and (overlaid := _ON_SOME_SLIDES.search(text) or _OVERLAY_BEFORE_DIGITS.search(text)):
+    if form == "latex" and (
+        overlaid := _ON_SOME_SLIDES.search(typeset) or _OVERLAY_BEFORE_DIGITS.search(typeset)
+    ):
         return (
-            f"a beamer overlay holds part of a number at line {_line(text, overlaid.start())} (it draws those "
-            "digits on some slides only): put whole numbers under overlays"
+            f"a beamer overlay holds part of a number at line {_line(text, origin(overlaid.start()))} (it draws "
+            "those digits on some slides only): put whole numbers under overlays"
         )
     if form == "latex" and (kerned := _OVERLAPPED_DIGITS.search(text)) is not None:
         return f"a negative kern draws digits over each other at line {_line(text, kerned.start())}"

@@ -241,6 +241,7 @@ HIDDEN = {
     ),
     "a grouped overlay": ("latex", _prose(r"{\only<2>{9}}7.05\%"), "overlay"),
     "an overlay's other slides": ("latex", _prose(r"\alt<2>{}{9}7.05\%"), "overlay"),
+    "an overlay, then a comment": ("latex", _prose("\\only<2>{9}%\n7.05\\%"), "overlay"),
     "a box placed in picture mode": ("latex", _prose(r"\makebox(0,0){9}7.05\%"), "picture-mode"),
     "a frame placed in picture mode": ("latex", _prose(r"\framebox(0,0)[l]{9}7.05\%"), "picture-mode"),
 }
@@ -738,6 +739,13 @@ def test_a_multirow_cell_prints_its_text() -> None:
         r"9{\color{white}7}.05",
         r"97\textcolor{white}{.}05",
         r"97.\textcolor{white}{05}",
+        # However TeX joins it: doubled or emptied groups, a comment's line end, a line break in the argument.
+        r"\textcolor{white}{{9}}7.05",
+        r"\textcolor{white}{9{}}7.05",
+        "\\textcolor{white}{9}%\n7.05",
+        "{\\color{white}%\n9}7.05",
+        "\\textcolor{white}%\n{9}7.05",
+        "\\textcolor{white}{\n9}7.05",
     ],
 )
 def test_a_colour_over_part_of_a_number_refuses_the_document(shown: str) -> None:
