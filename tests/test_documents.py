@@ -1134,3 +1134,13 @@ def test_unclosed_html_tags_are_read_in_linear_time() -> None:
         with contextlib.suppress(DocumentError):
             statements(document, "markdown", WORDS, "p.md")
         assert time.perf_counter() - started < 2, document[:20]
+
+
+def test_a_column_specification_is_read_in_linear_time_and_refused_past_its_cap() -> None:
+    """Each of a thousand ``@{\\}`` looked for its closing brace to the end of the specification (an escaped
+    brace closes nothing): a 284 kB ``\\newcolumntype`` took 37 s before the parser refused the document."""
+    document = "\\newcolumntype{x}{" + "@{\\}" * 999 + "{" + "a" * 280_000 + "}}\n"
+    started = time.perf_counter()
+    with pytest.raises(DocumentError, match="column specification of"):
+        statements(document, "latex", WORDS, "p.tex")
+    assert time.perf_counter() - started < 2
