@@ -132,7 +132,7 @@ _MARK_BASE = 0xE100
 LATEX_SKIPPED = frozenset(
     {
         "vspace", "hspace", "label", "ref", "eqref", "autoref", "cref", "Cref", "cite", "citep", "citet",
-        "includegraphics", "input", "include", "usepackage", "documentclass", "url", "href", "setlength",
+        "includegraphics", "input", "include", "usepackage", "documentclass", "url", "setlength",
         "addtolength", "bibliography", "cmidrule",
         "toprule", "midrule", "bottomrule", "hline", "cline", "addlinespace", "begin", "end", "newcommand",
         "renewcommand", "arraystretch", "tabcolsep", "fontsize", "linewidth", "textwidth", "columnwidth",
@@ -168,7 +168,6 @@ LATEX_REFERENCES = frozenset(
         "input",
         "include",
         "url",
-        "href",
         "includegraphics",
     }
 )
@@ -201,11 +200,32 @@ LATEX_BOXES = {
 }  # fmt: skip
 # Zero-width boxes: what they hold overprints its neighbours, never stands between them.
 LATEX_OVERPRINTS = frozenset({"rlap", "llap", "clap", "mathrlap", "mathllap", "mathclap", "vphantom"})
+# A width of nothing or less, as written: ``\makebox[0pt][l]{97.05}`` prints what it holds over what follows.
+_NO_WIDTH = re.compile(
+    r"\[\s*(?:-[^\]]*|\+?\s*0*\.?0*\s*(?:[A-Za-z]{2}|\\(?:line|text|column)width)?\s*|\\z@\s*)\]"
+)
+
+
+def _of_no_width(macro: str, arguments: Sequence[Any]) -> bool:
+    """Whether a ``\\makebox`` or ``\\framebox`` is given a width of nothing or less: a zero-width box
+    overprints its neighbours as ``\\rlap`` does (a hidden 97.05 passed under a visible 91.00 so). It is
+    refused where it holds a number the reader would take for a claim; a mark (``$^{1}$``) is read."""
+    width = arguments[0] if macro in ("makebox", "framebox") and arguments else None
+    return width is not None and _NO_WIDTH.fullmatch(width.latex_verbatim().strip()) is not None
+
+
 # Boxes that may draw what they hold at no size, out of place or over its neighbour (``\scalebox{0}{9}7.05``
 # shows 7.05): what they print is read as a word of its own, so a number they split is refused.
 LATEX_RESHAPING = frozenset({"scalebox", "resizebox", "makebox", "framebox", "raisebox"})
 # Arguments pylatexenc does not know, which it would read as text (``\nolinebreak[4]``, ``\ding{51}``).
-LATEX_OPTIONS = {"nolinebreak": "[", "linebreak": "[", "footnotemark": "[", "tnote": "{", "ding": "{"}
+LATEX_OPTIONS = {
+    "nolinebreak": "[",
+    "linebreak": "[",
+    "footnotemark": "[",
+    "tnote": "{",
+    "ding": "{",
+    "href": "[{{",
+}
 # Boxes shown as a mark or a gap beside what they follow, never part of it: ``98.1\\textsuperscript{1}`` is
 # 98.1 with a note mark. Read as a space when they hold anything visible, as nothing when they do not.
 LATEX_MARKS = frozenset({"phantom", "hphantom", "textsuperscript", "textsubscript"})
@@ -284,7 +304,7 @@ def _math_spaced(latex: str) -> str:
 
 
 LATEX_UNREAD = frozenset(
-    {"equation", "align", "gather", "multline", "eqnarray", "displaymath", "math", "verbatim", "lstlisting",
+    {"equation", "align", "gather", "multline", "eqnarray", "displaymath", "verbatim", "lstlisting",
      "minted", "algorithm", "algorithmic", "comment"}
 )  # fmt: skip
 # Table decoration whose arguments pylatexenc does not know: "\cellcolor{blue!10}98.1" is 98.1.
@@ -1136,6 +1156,9 @@ def _walk_latex(nodes, prose, tables, stamp, line_at, vocabulary, document, sour
                 else:
                     _walk_latex(node.nodelist, prose, tables, stamp, line_at, vocabulary, document, source)
                 prose.add("\n\n", line)
+            elif node.environmentname == "math":  # inline math, as $...$ (it was read as displayed math)
+                check(node.nodelist)
+                _print(prose, _latex_text(_math_spaced(node.latex_verbatim())), line, document)
             elif node.environmentname.rstrip("*") in LATEX_UNREAD:
                 prose.add("\n\n", line)  # displayed math and code: constants, not results
             else:
@@ -1216,6 +1239,14 @@ def _walk_latex(nodes, prose, tables, stamp, line_at, vocabulary, document, sour
                 )
             content = arguments[-1] if arguments else None
             inner = content.nodelist if isinstance(content, LatexGroupNode) else [content]
+            if _of_no_width(node.macroname, arguments):
+                shown = _latex_text("".join(part.latex_verbatim() for part in inner if part is not None))
+                if any(printed is not None for _, printed in read_numbers(shown)):
+                    raise DocumentError(
+                        f"{document}: \\{node.macroname} at line {line} is given no width and prints "
+                        f"{shown.strip()[:20]!r} over what stands beside it, which may hide it: what is checked "
+                        "would not be what is shown (docs/claims.md)"
+                    )
             if node.macroname in LATEX_OVERPRINTS:
                 check(inner)
                 shown = _latex_text("".join(part.latex_verbatim() for part in inner if part is not None))
@@ -1430,6 +1461,12 @@ def _converter() -> Any:
             for name in LATEX_BOXES
             if name not in LATEX_OVERPRINTS and (name not in LATEX_MARKS or name in LATEX_INDICES)
         ],
+    )
+    # A link prints its text, never its address (\\href{x}{91.00} was read as "x91.00", no number at all).
+    context.add_context_category(
+        "runaudit-links",
+        prepend=True,
+        macros=[MacroTextSpec("href", simplify_repl=box(False))],
     )
     # The commands whose arguments the parser reads and the converter does not know were printed as nothing
     # (``\textsf{91.00}`` went unread in a cell and in prose): they print what their arguments hold, but

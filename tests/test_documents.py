@@ -1144,3 +1144,28 @@ def test_a_column_specification_is_read_in_linear_time_and_refused_past_its_cap(
     with pytest.raises(DocumentError, match="column specification of"):
         statements(document, "latex", WORDS, "p.tex")
     assert time.perf_counter() - started < 2
+
+
+def test_a_links_text_and_inline_math_as_an_environment_are_read() -> None:
+    """``\\href{x}{91.00\\%}`` was read as "x91.00%" (no number) and ``\\begin{math}`` as displayed math (not
+    read): a wrong value shown either way went unchecked."""
+    for shown in ("\\href{https://example.org/run}{91.00\\%}", "\\begin{math}91.00\\%\\end{math}"):
+        [found] = statements(f"The probe reaches an accuracy of {shown}.", "latex", WORDS, "p.tex")
+        assert found.printed.value == Decimal("91.00") and found.printed.percent, shown
+
+
+@pytest.mark.parametrize("width", ["0pt", "0 pt", "-1em", "0.0\\linewidth", "\\z@", ""])
+def test_a_box_of_no_width_holding_a_number_refuses_the_document(width: str) -> None:
+    """``\\makebox[0pt][l]{\\textcolor{white}{97.05\\%}}`` overprints what follows as ``\\rlap`` does: 97.05
+    passed where the page shows the number after it (one the reader does not read, as ``\\verb|91.00|``)."""
+    hidden = "\\textcolor{white}{97.05\\%}"
+    document = f"The probe reaches an accuracy of \\makebox[{width}][l]{{{hidden}}}\\verb|91.00|."
+    with pytest.raises(DocumentError, match="is given no width"):
+        statements(document, "latex", WORDS, "p.tex")
+    # Without a width the box is as wide as what it holds, which is read; with one, too.
+    for box in (f"\\makebox{{{hidden}}}", f"\\makebox[2cm][l]{{{hidden}}}"):
+        found = statements(f"The probe reaches an accuracy of {box}.", "latex", WORDS, "p.tex")
+        assert [item.printed.value for item in found] == [Decimal("97.05")], box
+    # A mark in a box of no width is read beside its number, as before.
+    marked = f"The probe reaches an accuracy of 97.05\\%\\makebox[{width}][l]{{$^{{1}}$}}."
+    assert [item.printed.value for item in statements(marked, "latex", WORDS, "p.tex")] == [Decimal("97.05")]
