@@ -105,7 +105,7 @@ _STAMP = re.compile(
 )
 _ANCHOR = re.compile(r"^\s*runaudit:\s*(?P<target>\S+)\s*$")
 _MD_COMMENT = re.compile(r"<!--(.*?)-->", re.DOTALL)
-_TAG = re.compile(r"</?[A-Za-z][^<>]{0,2000}>")  # bounded: a run of unclosed "<b " took quadratic time
+_TAG = re.compile(r"</?[A-Za-z][^<>]*>")  # not [^>]*: from each unclosed "<b " it ran to the end (quadratic)
 _PERCENT_HEAD = re.compile(r"%|\bpercent\b", re.IGNORECASE)
 _DELTA_HEAD = re.compile(r"Δ|\\Delta|\bdelta\b|\bgain\b|\bdiff(?:erence)?\b|\bimprovement\b", re.IGNORECASE)
 # A column of the spread beside its metric's (``accuracy_se``, ``Accuracy (std)``), not one of values with their
@@ -928,7 +928,7 @@ def _anchor(comment: str) -> str | None:
 # element hidden, styled, coloured or classed (a stylesheet decides what shows), and the elements that never
 # render. ``<span hidden>97.05</span> `91.00``` in a cell passed 97.05 where the page shows 91.00.
 _HIDING_ATTRIBUTE = re.compile(r"\s(?:hidden|style|class|color)(?![^\s=/>])", re.IGNORECASE)
-_OPENING_TAG = re.compile(r"<([A-Za-z][A-Za-z0-9-]{0,30})(\s[^<>]{0,2000})?/?>")
+_OPENING_TAG = re.compile(r"<([A-Za-z][A-Za-z0-9-]*)(\s[^<>]*)?/?>")  # linear: it stops at the next "<"
 _NEVER_RENDERED = frozenset({"template", "noscript", "script", "style", "textarea"})
 _VOID = frozenset(
     {"area", "br", "col", "embed", "hr", "img", "input", "link", "meta", "source", "track", "wbr"}
@@ -1902,8 +1902,8 @@ def _as_typeset(latex: str) -> tuple[str, Callable[[int], int]]:
             and _DIGIT_AT_END.search("".join(kept[max(0, groups[-1][0] - 2) : groups[-1][0]]))
         ):
             # An empty group after a digit prints nothing there (an empty argument is kept: \\textcolor{red}{})
-            piece, length, _ = groups.pop()
-            del kept[piece:]
+            first, length, _ = groups.pop()
+            del kept[first:]
             _jump(jumps, length, index + 1)
             index += 1
             continue

@@ -1105,6 +1105,7 @@ def test_what_commands_the_converter_does_not_know_hold_is_read_in_cells_and_pro
         'The probe reaches an accuracy of <span class="sr-only">97.05 %</span> `91.00 %`.\n',
         "The probe reaches an accuracy of <template>97.05 %</template> `91.00 %`.\n",
         "The probe reaches an accuracy of <SPAN HIDDEN=true>97.05 %</SPAN> `91.00 %`.\n",
+        f'The probe reaches an accuracy of <span hidden title="{"x" * 2500}">97.05 %</span> `91.00 %`.\n',
     ],
 )
 def test_html_that_may_keep_a_number_off_the_page_refuses_a_markdown_document(markdown: str) -> None:
