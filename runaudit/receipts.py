@@ -26,7 +26,7 @@ from typing import Any
 
 from runaudit import manifest as manifests
 from runaudit.atomic import fsync_dir
-from runaudit.hashing import HashCache, hash_files, stat_key
+from runaudit.hashing import hash_files, stat_key
 from runaudit.safeio import kind_of, open_regular
 from runaudit.schema import schema_problems
 
@@ -66,13 +66,11 @@ def bytes_problems(
     manifest: manifests.ManifestFile,
     receipt: Mapping[str, Any],
     run_id: str,
-    *,
-    cache: HashCache | None = None,
 ) -> list[str]:
     """Why the copy the receipt verified is no longer the bytes it verified (empty when it still is).
 
-    ``cache`` (the stat-keyed hash cache of an audit session) may stand in for a fresh hash of a file
-    whose stat key changed since verification; ``down`` passes none and reads every such byte again.
+    A file whose stat key changed since verification is hashed again, never looked up in the stat-keyed
+    hash cache: a forged entry there made the report's answer differ from ``runaudit down``'s.
     """
     holder = root / receipt["holder"]
     if detour := manifests.folder_detour(holder, run_id):
@@ -111,7 +109,7 @@ def bytes_problems(
             changed[path] = entry
     if changed:  # touched, copied or restored since verification: only fresh bytes can say it is the same
         try:
-            digests = hash_files(changed, cache=cache)
+            digests = hash_files(changed)
         except (OSError, RuntimeError) as exc:
             return [*problems, f"run {run_id}: a changed file could not be hashed again: {exc}"]
         problems += [
@@ -156,7 +154,6 @@ def run_receipt(
     *,
     pull_id: str | None = None,
     check_bytes: bool = True,
-    cache: HashCache | None = None,
 ) -> RunReceipt:
     """The receipt that governs ``run_id`` and everything that keeps it from making teardown safe."""
     manifest = manifests.locate(root, run_id, pull_id)
@@ -181,7 +178,7 @@ def run_receipt(
     document = receipt if isinstance(receipt, dict) else None
     if judged := judge(receipt, path, manifest, run_id):
         return RunReceipt(run_id, manifest.pull_id, path, document, (f"run {run_id}: {judged}",))
-    if check_bytes and (lost := bytes_problems(root, manifest, receipt, run_id, cache=cache)):
+    if check_bytes and (lost := bytes_problems(root, manifest, receipt, run_id)):
         fix = f"re-verify before any teardown: {verify_command(root, manifest.pull_id)}"
         lines = tuple(f"run {run_id}: {line}; {fix}" for line in lost[:5])
         if len(lost) > 5:
