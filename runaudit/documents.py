@@ -734,6 +734,13 @@ def table_statements(
     # nearest one left of it, else any of its metric and condition) has no values of its own. Alone, its head
     # only says what its cells carry (``accuracy (95% CI)`` over ``97.05 (96.50-97.60)``): a column of values.
     spread_heads = [bool(_SPREAD_HEAD.search(head) and not _VALUE_HEAD.search(head)) for head in heads]
+    # A spread head naming no metric (``s.e.``, ``std``) right of a column of values is that column's spread:
+    # its cells were dropped unread, so a wrong standard error beside a value passed with it.
+    for index in range(2, len(heads)):
+        left = index - 1
+        of_values_left = columns[left][0] is not None and not (deltas[left] or spread_heads[left])
+        if spread_heads[index] and columns[index][0] is None and of_values_left:
+            columns[index] = columns[left]
     plain = {
         columns[index]: index
         for index in reversed(range(1, len(heads)))

@@ -1170,3 +1170,32 @@ def test_a_box_of_no_width_holding_a_number_refuses_the_document(width: str) -> 
     # A mark in a box of no width is read beside its number, as before.
     marked = f"The probe reaches an accuracy of 97.05\\%\\makebox[{width}][l]{{$^{{1}}$}}."
     assert [item.printed.value for item in statements(marked, "latex", WORDS, "p.tex")] == [Decimal("97.05")]
+
+
+def test_a_spread_head_naming_no_metric_is_the_spread_of_the_values_left_of_it() -> None:
+    """``s.e.`` or ``std`` alone over a column right of a metric's values named nothing, so its cells were
+    dropped: a wrong standard error of 9.90 beside 97.05 passed with it."""
+    for form, table in (
+        (
+            "latex",
+            _tabular(
+                "Arm & Accuracy (\\%) & s.e. \\\\\nprobe & 97.05 & \\textsf{9.90} \\\\\n",
+                "\\begin{tabular}{lcc}",
+            ),
+        ),
+        ("markdown", "| run | accuracy (%) | SE | loss |\n|---|---|---|---|\n| probe | 97.05 | 9.90 | 1 |\n"),
+        ("csv", "run,accuracy,sem\nprobe,0.9705,0.0990\n"),
+    ):
+        [found] = statements(table, form, WORDS, "p")
+        assert (found.printed.value, found.printed.error) == (
+            Decimal("0.9705") if form == "csv" else Decimal("97.05"),
+            Decimal("0.0990") if form == "csv" else Decimal("9.90"),
+        ), form
+    # Another spread is listed unchecked, as one that names its metric is.
+    found = statements(
+        "| run | accuracy (%) | std |\n|---|---|---|\n| probe | 97.05 | 0.52 |\n", "markdown", WORDS, "p"
+    )
+    assert [(item.printed.text, item.unchecked is not None) for item in found] == [
+        ("97.05", False),
+        ("0.52", True),
+    ]
