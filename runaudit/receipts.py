@@ -226,8 +226,11 @@ def flush_to_disk(holder: Path, paths: Iterable[str]) -> None:
 
 
 def _folders_of(paths: Iterable[str]) -> list[str]:
-    """Every folder on the way to ``paths`` (relative, POSIX), once, sorted."""
-    return sorted({str(parent) for rel in paths for parent in PurePosixPath(rel).parents if parent.parts})
+    """Every folder on the way to ``paths`` (relative, POSIX), the holder itself (".") first, once, sorted.
+
+    The holder is keyed too: ``export/`` swapped for a good copy while the audits hashed, and back after,
+    changes no folder below it."""
+    return sorted({str(parent) for rel in paths for parent in PurePosixPath(rel).parents})
 
 
 def folder_snapshot(holder: Path, paths: Iterable[str]) -> dict[str, list[int] | str]:

@@ -40,6 +40,8 @@ CLOSURE_GATES = ("test_capsule.py", "test_checkpoint.py")
 # Every checkpoint format a role may take is sealed (best.pth or best.safetensors, docs/capsule.md §2); a
 # role found in two formats is sealed as found and fails the closure audits (capsule.closed_world).
 SEALED = ("config.yaml", "train.csv", *CHECKPOINT_FILES)
+# Every top-level name of active/<id> that enters the capsule (run.json is written anew from the draft).
+SEALED_ENTRIES = (*SEALED, "test", TRACKERS)
 REASON_FILE = "QUARANTINE_REASON.txt"
 REPORT_FILE = "AUDIT_REPORT.json"
 COPY_MARGIN_BYTES = 64 << 20
@@ -141,7 +143,7 @@ def quarantine(candidate: Path, root: Path, run_id: str, reason: str, report: di
 def _sealed_entries(active: Path) -> list[str]:
     """The top-level names of ``active/<id>`` that enter the capsule, as they are on disk: a symlink or a
     special file in a sealed name is carried as itself (and fails the closure audits), never followed."""
-    return [name for name in (*SEALED, "test", TRACKERS) if os.path.lexists(active / name)]
+    return [name for name in SEALED_ENTRIES if os.path.lexists(active / name)]
 
 
 def _can_link(active: Path, candidate: Path) -> bool:

@@ -124,7 +124,7 @@ def verify_pull(root: Path, pull_id: str, *, log: Callable[[str], None] = print)
     ]
     folders_after = folder_snapshot(holder, listed)
     verification.problems += [
-        f"{holder / rel}/ was moved, replaced or changed while it was being verified: the bytes hashed may not "
+        f"{holder.joinpath(rel)}/ was moved, replaced or changed while it was being verified: the bytes hashed may not "
         "be the ones its files hold"
         for rel, key in folders_before.items()
         if folders_after.get(rel) != key

@@ -18,8 +18,8 @@ Then, in order, refusing at the first failure:
    by exactly that name; one naming nothing on the box, or a run also named, is refused); an empty
    inventory with no run named proves nothing about the remote root. A receipt covers the bytes it
    verified, not newer ones: a run the box is closing again (``export/.partial/<id>``), or whose
-   ``active/<id>`` holds a file ``close`` seals again (training resumed after the pull; once sealed, those
-   names leave ``active/<id>``), is refused until it is pulled and verified again, or abandoned;
+   ``active/<id>`` holds a file among those ``close`` seals written after its sealed ``run.json``
+   (training resumed after the pull), is refused until it is pulled and verified again, or abandoned;
 2. the profile's teardown plan is shown: the meter-stop verb, what it deletes, whether it can be undone,
    the other steps and the billables that outlive it, and every danger clock (a profile whose teardown
    differs per member needs the member first);
@@ -55,7 +55,7 @@ from runaudit.platforms import Profile
 from runaudit.receipts import RunReceipt, receipt_status
 from runaudit.roster import parse_roster
 from runaudit.runners.box import Box, add_box_arguments, box_from_args
-from runaudit.runners.close import SEALED
+from runaudit.runners.close import SEALED_ENTRIES
 from runaudit.runners.ssh import UNKNOWN_STATE, Remote
 from runaudit.usage import Refusal, existing_dir
 
@@ -76,11 +76,13 @@ HOUSEKEEPING = {
     ("export", ".close.lock"): ("file",),
 }
 # close.py names a quarantined attempt ``<run id>--<attempt id>`` (runaudit.clock.attempt_id: 20260101T000000Z-abc123).
-QUARANTINED = re.compile(r"^(?P<run>.+)--\d{8}T\d{6}Z-[0-9a-f]{6}$", re.DOTALL)
+QUARANTINED = re.compile(r"(?P<run>.+)--\d{8}T\d{6}Z-[0-9a-f]{6}", re.DOTALL)  # matched whole (fullmatch)
 
 # POSIX sh, read-only. Every name goes back hex-encoded (a name may hold a newline or any byte), and a
 # final sentinel shows that the answer was not cut short. Symlinked areas are followed (a data disk). A live
-# run's folder that holds a name close seals is reported once more, as ``resumed``.
+# run's folder is reported once more, as ``resumed``, when it holds a file (not a folder) among the names close
+# seals that was written after that run's sealed run.json (or any, where the box holds no sealed capsule of
+# it: a copy across filesystems keeps active/'s own, older files), and as ``unlisted`` when it cannot be read.
 INVENTORY = r"""
 if [ ! -d "$R" ]; then echo "root=missing"; echo "inventory=complete"; exit 0; fi
 echo "root=present"
@@ -99,8 +101,13 @@ for area in active export export/.partial export/hardware quarantine; do
     hex=$(printf '%s' "${p##*/}" | od -An -v -tx1 | tr -d ' \n')
     echo "entry $area $kind $hex"
     if [ "$area" = active ] && [ -d "$p" ]; then
+      if [ ! -r "$p" ] || [ ! -x "$p" ]; then echo "unlisted $hex"; continue; fi
+      sealed="$R/export/${p##*/}/run.json"
       for n in $SEALED; do
-        if [ -e "$p/$n" ] || [ -L "$p/$n" ]; then echo "resumed $hex"; break; fi
+        if [ ! -e "$p/$n" ] && [ ! -L "$p/$n" ]; then continue; fi
+        if [ ! -f "$sealed" ]; then echo "resumed $hex"; break; fi
+        newer=$(find "$p/$n" ! -type d -newer "$sealed" -print 2>&1 | head -n 1)
+        if [ -n "$newer" ]; then echo "resumed $hex"; break; fi
       done
     fi
   done
@@ -120,7 +127,7 @@ class Entry:
     area: str
     name: str  # decoded with surrogateescape, so any byte round-trips to an exact ``--abandon``
     kind: str
-    resumed: bool = False  # a live run's folder that holds a name close seals: bytes newer than any pull
+    resumed: bool = False  # a live run's folder holding a file close seals, newer than its sealed capsule
 
     @property
     def newer_than_a_receipt(self) -> bool:
@@ -130,7 +137,7 @@ class Entry:
     @property
     def run_id(self) -> str | None:
         """The run this entry belongs to, or None when its name is not a safe id."""
-        match = QUARANTINED.match(self.name) if self.area == "quarantine" else None
+        match = QUARANTINED.fullmatch(self.name) if self.area == "quarantine" else None
         if match and is_safe_id(match["run"]):
             return match["run"]
         return self.name if is_safe_id(self.name) else None
@@ -148,7 +155,7 @@ class Entry:
             place += self.name
         detail = AREAS[self.area] if self.kind in ("dir", "link-dir") else f"{AREAS[self.area]}, {self.kind}"
         if self.resumed:
-            detail += f", holding files close seals ({', '.join(SEALED[:2])}, checkpoints)"
+            detail += ", holding files close seals written since its capsule was sealed"
         return f"{place}, {detail}"
 
     def as_record(self) -> dict[str, Any]:
@@ -209,6 +216,10 @@ def parse_inventory(text: str, box: str, root: str) -> Inventory:
         words = line.split(" ")
         if words[0] == "area" and len(words) == 3 and words[2] == "unreadable":
             raise Refused(f"{cannot} ({root}/{words[1]} cannot be listed); {NOTHING_STOPPED}")
+        if words[0] == "unlisted" and len(words) == 2:
+            raise Refused(
+                f"{cannot} (a live run's folder {words[1][:80]!r}, hex, cannot be listed); {NOTHING_STOPPED}"
+            )
         if words[0] == "resumed":
             live = entries[-1] if entries else None
             if len(words) != 2 or live is None or live.area != "active" or _encoded(live.name) != words[1]:
@@ -234,7 +245,7 @@ def _encoded(name: str) -> str:
 
 
 def inventory_command(box: Box) -> str:
-    return f"R={shlex.quote(str(box.root))}\nSEALED={shlex.quote(' '.join(SEALED))}\n{INVENTORY}"
+    return f"R={shlex.quote(str(box.root))}\nSEALED={shlex.quote(' '.join(SEALED_ENTRIES))}\n{INVENTORY}"
 
 
 def take_inventory(box: Box) -> Inventory:

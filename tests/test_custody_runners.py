@@ -132,18 +132,24 @@ def test_verify_writes_a_bound_receipt_then_revokes_it_when_bytes_change(
     assert not status.ok and "no receipt" in status.problems[0]
 
 
+@pytest.mark.parametrize(
+    "swapped", [f"{DEMO_RUN_ID}/test/main/vis/noise/prediction", "."], ids=["inner-folder", "holder"]
+)
 def test_a_folder_swapped_away_while_verify_hashes_writes_no_receipt(
-    project: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
+    project: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys, swapped: str
 ) -> None:
     """A process swaps a good copy of a folder in while the sessions hash, and the damaged one back after: no
-    file's own stat key changes, so the receipt was written over bytes the capsule no longer holds."""
+    file's own stat key changes, so the receipt was written over bytes the capsule no longer holds. The
+    holder itself (``export/``) is a folder on the way too."""
     from runaudit.runners import custody
 
     assert _manifest(project, _roster(tmp_path, "demo\n"), "p2") == 0
-    folder = project / "export" / DEMO_RUN_ID / "test" / "main" / "vis" / "noise" / "prediction"
+    folder = (project / "export").joinpath(swapped)
     good = tmp_path / "good"
-    shutil.copytree(folder, good)
-    png = sorted(folder.iterdir())[0]
+    shutil.copytree(folder, good, symlinks=True)
+    png = sorted(
+        (project / "export" / DEMO_RUN_ID / "test" / "main" / "vis" / "noise" / "prediction").iterdir()
+    )[0]
     data = bytearray(png.read_bytes())
     data[-20] ^= 0xFF  # same size
     png.write_bytes(bytes(data))
@@ -162,7 +168,7 @@ def test_a_folder_swapped_away_while_verify_hashes_writes_no_receipt(
     monkeypatch.setattr(custody, "run_suites", swapped)
     assert main(["verify", "--root", str(project), "--pull-id", "p2"]) == 1
     err = capsys.readouterr().err
-    assert "prediction/ was moved, replaced or changed while it was being verified" in err
+    assert f"{folder.name}/ was moved, replaced or changed while it was being verified" in err
     assert not (project / "_trust" / "pulls" / "p2" / RECEIPT).exists()
 
 

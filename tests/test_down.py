@@ -372,6 +372,17 @@ def test_the_listing_is_decoded_strictly() -> None:
     ]
     assert found.entries[2].where == "export/.partial/, closing, interrupted"
     # "resumed" belongs to the live run listed just before it, by the same name, and to nothing else.
+    with pytest.raises(Refused, match="a live run's folder .* cannot be listed"):
+        parse_inventory(
+            answer.replace("inventory=complete", f"unlisted {hexed('d5')}\ninventory=complete"), "b", "/r"
+        )
+    # A quarantined attempt's name must be <id>--<attempt> whole: a line break after it makes it no attempt.
+    [odd] = parse_inventory(
+        f"entry quarantine dir {hexed('d4--20260101T000000Z-abc123' + chr(10))}\ninventory=complete",
+        "b",
+        "/r",
+    ).entries
+    assert odd.run_id is None
     for stray in (f"resumed {hexed('d5')}", f"resumed {hexed('d4')} x", f"resumed {hexed('d6')}"):
         lines = answer.replace("inventory=complete", f"{stray}\ninventory=complete")
         with pytest.raises(Refused, match="unexpected listing line"):

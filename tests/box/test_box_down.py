@@ -7,6 +7,7 @@ each test then gives ``down`` a fresh remote root holding that sealed capsule be
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import socket
 from dataclasses import dataclass
@@ -123,6 +124,22 @@ def test_a_run_resumed_or_closed_again_after_its_pull_blocks_until_pulled_again(
         f"{DEMO_RUN_ID} (active/, live, holding files close seals" in err and "newer than its receipt" in err
     )
     (workspace / "last.pth").unlink()
+    # New test results or tracker logs are bytes close seals too.
+    (workspace / "test" / "main").mkdir(parents=True)
+    (workspace / "test" / "main" / "metrics.json").write_text("{}")
+    assert down(sshbox, pulled, box, "--run", DEMO_RUN_ID) == 2
+    assert "holding files close seals" in refused(capsys)
+    shutil.rmtree(workspace / "test")
+    # Files older than the sealed capsule are the workspace's own, kept where export/ is on another
+    # filesystem (close copies, and active/ keeps its files): not resumed.
+    capsule = box / "export" / DEMO_RUN_ID
+    for name in ("config.yaml", "train.csv", "best.pth"):
+        shutil.copy2(capsule / name, workspace / name)
+        os.utime(workspace / name, ns=(capsule.joinpath("run.json").stat().st_mtime_ns - 10**9,) * 2)
+    assert down(sshbox, pulled, box, "--run", DEMO_RUN_ID) == 0
+    capsys.readouterr()
+    for name in ("config.yaml", "train.csv", "best.pth"):
+        (workspace / name).unlink()
     (box / "export" / ".partial" / DEMO_RUN_ID).mkdir(parents=True)
     assert down(sshbox, pulled, box) == 2
     assert "export/.partial/, closing, interrupted" in refused(capsys)
