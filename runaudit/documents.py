@@ -737,10 +737,10 @@ def table_statements(
     # A spread head naming no metric (``s.e.``, ``std``) right of a column of values is that column's spread:
     # its cells were dropped unread, so a wrong standard error beside a value passed with it.
     for index in range(2, len(heads)):
-        left = index - 1
-        of_values_left = columns[left][0] is not None and not (deltas[left] or spread_heads[left])
-        if spread_heads[index] and columns[index][0] is None and of_values_left:
-            columns[index] = columns[left]
+        before = index - 1
+        of_values_before = columns[before][0] is not None and not (deltas[before] or spread_heads[before])
+        if spread_heads[index] and columns[index][0] is None and of_values_before:
+            columns[index] = columns[before]
     plain = {
         columns[index]: index
         for index in reversed(range(1, len(heads)))
