@@ -241,7 +241,8 @@ _TEX_CHARACTER_CODES = re.compile(
 # A colour that starts or ends against a digit or point of the number beside it: those digits may be drawn
 # in the page's own colour (\textcolor{white}{9}7.05 shows 7.05).
 _COLOUR_ARGUMENTS = r"\s*(?:\[[^\]\n]{0,100}\])?\{[^{}\n]{0,100}\}"  # a model, a name or values
-_COLOUR = rf"\\(?:textcolor|color){_COLOUR_ARGUMENTS}"
+# \colorbox{black}{9} and \fcolorbox hide their digits as well as a text colour (black on black).
+_COLOUR = rf"\\(?:textcolor|color|colorbox|fcolorbox{_COLOUR_ARGUMENTS}){_COLOUR_ARGUMENTS}"
 
 
 def _part_of_a_number(opening: str, closing: str = r"\}") -> re.Pattern[str]:
@@ -258,8 +259,9 @@ _COLOURED_DIGITS = re.compile(
     _part_of_a_number(rf"{_COLOUR}\s*\{{|\{{\s*{_COLOUR}\s*").pattern
     # \textcolor's argument unbraced is one character: \textcolor{white}97.05 colours the 9 alone.
     + rf"|\\textcolor{_COLOUR_ARGUMENTS}\s*[\d.](?=[\d.\\])"
-    # However deeply grouped, a colour's digit against the digit after its groups: \textcolor{white}{{9}}7.05
-    + rf"|{_COLOUR}[^\n]{{0,200}}?\d\.?\s*\}}+\.?\d"
+    # However deeply grouped, a colour's digit against the digit after its groups, and after what opens a
+    # group or math there (\textcolor{white}{{9}}7.05, {9}{7.05}, {9}\textrm{7.05}, {$9$}7.05, {9}{}7.05)
+    + rf"|{_COLOUR}[^\n]{{0,200}}?\d\.?\s*(?:[}}$]\s*)+(?:\{{\s*\}}|\{{|\\[A-Za-z]+\s*\{{|\$)*\s*\.?\d"
 )
 # Beamer's overlays draw what they hold on some slides only: \only<2>{9}7.05 shows 7.05 on the first, where the
 # text reads 97.05. (Boxes that may draw what they hold at no size end a number in the reader instead:
@@ -317,7 +319,8 @@ _LATEX_DECORATION = re.compile(  # each part bounded: \cellcolor[ repeated 20,00
 # says whether it shows. Its name is dropped, and the command becomes one of these, of the same length or
 # shorter: a box around what ``\textcolor`` colours, and a switch that colours the rest of its group. In a
 # table cell they are read as boxes that may hide their digits (:func:`_hides_its_claim`).
-_TEXT_COLOUR = re.compile(rf"\\textcolor{_COLOUR_ARGUMENTS}")
+_URL = re.compile(r"\\(?:url|href|nolinkurl|path)\s*(?:\[[^\]\n]{0,200}\])?\s*\{[^{}\n]{0,2000}\}")
+_TEXT_COLOUR = re.compile(rf"\\(?:textcolor|colorbox|fcolorbox{_COLOUR_ARGUMENTS}){_COLOUR_ARGUMENTS}")
 _COLOUR_SWITCH = re.compile(rf"\\color{_COLOUR_ARGUMENTS}")
 _SWITCH = re.compile(rf"\\{_SWITCHED}(?![A-Za-z])")  # a colour switch, as the reader has it
 # A group that a colour switch opens colours all it holds, as \textcolor colours its argument.
@@ -932,41 +935,64 @@ def _anchor(comment: str) -> str | None:
 
 
 # HTML in Markdown that may keep what it holds off the page while the reader, which drops tags, reads it: an
-# element hidden, styled, coloured or classed (a stylesheet decides what shows), and the elements that never
-# render. ``<span hidden>97.05</span> `91.00``` in a cell passed 97.05 where the page shows 91.00.
-_HIDING_ATTRIBUTE = re.compile(r"\s(?:hidden|style|class|color)(?![^\s=/>])", re.IGNORECASE)
-_OPENING_TAG = re.compile(r"<([A-Za-z][A-Za-z0-9-]*)(\s[^<>]*)?/?>")  # linear: it stops at the next "<"
-_NEVER_RENDERED = frozenset({"template", "noscript", "script", "style", "textarea"})
+# element hidden, styled, coloured, classed (a stylesheet decides what shows) or given a direction (``<bdo
+# dir=rtl>0.9705</bdo>`` shows 5079.0), and the elements that never render what they hold as text.
+# ``<span hidden>97.05</span> `91.00``` in a cell passed 97.05 where the page shows 91.00.
+_HIDING_ATTRIBUTE = re.compile(r"(?:^|[\s\"'/])(?:hidden|style|class|color|dir)(?![^\s=/>])", re.IGNORECASE)
+_ANY_TAG = re.compile(r"<(/?)([A-Za-z][A-Za-z0-9-]*)([\s/][^<>]*)?>")  # linear: it stops at the next "<"
+_NEVER_RENDERED = frozenset(
+    {"template", "noscript", "script", "textarea", "dialog", "rp", "datalist", "title", "noembed", "noframes",
+     "canvas", "video", "audio", "object", "iframe", "bdo"}
+)  # fmt: skip
 _VOID = frozenset(
     {"area", "br", "col", "embed", "hr", "img", "input", "link", "meta", "source", "track", "wbr"}
 )
-HIDING_REACH = 10_000  # characters of an element's content searched for a digit, and for its closing tag
 
 
-_CLOSING_TAG = re.compile(r"</([A-Za-z][A-Za-z0-9-]{0,30})")
+def _hiding_html(content: str) -> int | None:
+    """Where ``content`` (code blanked) opens an element that may keep a digit it holds off the page, or a
+    stylesheet (``<style>``, which may hide any element), or None.
 
-
-def _hiding_html(content: str) -> str | None:
-    """The first element of ``content`` (code spans blanked) that may hide a digit it holds, as written.
-
-    Linear in ``content``: the closing tags and the digits outside every tag are indexed once, so that
-    thousands of hiding elements without a digit cost no scan each.
+    An element holds what stands up to its own closing tag, nested ones of its name counted (up to the end
+    of the text if it has none). Linear in ``content``: tags are paired in one pass, and the digits outside
+    every tag counted once.
     """
-    closings: dict[str, list[int]] = {}
-    for found in _CLOSING_TAG.finditer(content):
-        closings.setdefault(found.group(1).lower(), []).append(found.start())
+    tags = list(_ANY_TAG.finditer(content))
     shown = _TAG.sub(lambda found: " " * len(found.group(0)), content)
     digits_before = [0, *itertools.accumulate(char.isdigit() for char in shown)]
-    for found in _OPENING_TAG.finditer(content):
-        tag = found.group(1).lower()
-        if tag in _VOID or not (tag in _NEVER_RENDERED or _HIDING_ATTRIBUTE.search(found.group(2) or "")):
+    closed_at: dict[int, int] = {}  # an opening tag's start -> where its closing tag starts
+    open_of: dict[str, list[int]] = {}
+    for found in tags:
+        name = found.group(2).lower()
+        if found.group(1):
+            if open_of.get(name):
+                closed_at[open_of[name].pop()] = found.start()
+        elif name not in _VOID and not (found.group(3) or "").rstrip().endswith("/"):
+            open_of.setdefault(name, []).append(found.start())
+    for found in tags:
+        name = found.group(2).lower()
+        if found.group(1) or name in _VOID:
             continue
-        ends = closings.get(tag, [])
-        following = bisect.bisect_left(ends, found.end())
-        end = min(ends[following] if following < len(ends) else len(content), found.end() + HIDING_REACH)
-        if digits_before[end] > digits_before[found.end()]:
-            return found.group(0)
+        if name == "style":
+            return found.start()
+        if name in _NEVER_RENDERED or _HIDING_ATTRIBUTE.search(found.group(3) or ""):
+            end = closed_at.get(found.start(), len(content))
+            if digits_before[end] > digits_before[found.end()]:
+                return found.start()
     return None
+
+
+def _code_blanked(text: str, tokens: Sequence[Any]) -> str:
+    """``text`` with its code (fenced and indented blocks, code spans) and comments as spaces, lines kept."""
+    lines = text.split("\n")
+    for token in tokens:
+        if token.type in ("fence", "code_block") and token.map:
+            for number in range(token.map[0], min(token.map[1], len(lines))):
+                lines[number] = " " * len(lines[number])
+    blanked = "\n".join(lines)
+    for pattern in (_MD_COMMENT, _CODE_SPAN):
+        blanked = pattern.sub(lambda found: re.sub(r"[^\n]", " ", found.group(0)), blanked)
+    return blanked
 
 
 def markdown_statements(text: str, vocabulary: Vocabulary, document: str) -> Iterator[Statement]:
@@ -974,17 +1000,13 @@ def markdown_statements(text: str, vocabulary: Vocabulary, document: str) -> Ite
 
     source = text.splitlines()
     tokens = MarkdownIt("commonmark").enable("table").parse(text)
-    for token in tokens:
-        if token.type in ("inline", "html_block"):
-            shown = _CODE_SPAN.sub(
-                lambda found: " " * len(found.group(0)), _MD_COMMENT.sub(" ", token.content)
-            )
-            if (element := _hiding_html(shown)) is not None:
-                raise DocumentError(
-                    f"{document}:{_first_line(token)}: {element[:60]!r} holds a number the page may not show "
-                    "(hidden, styled, coloured, classed or never rendered), while the reader, which drops tags, "
-                    "would read it: what is checked may not be what is shown (docs/claims.md)"
-                )
+    if (opened := _hiding_html(_code_blanked(text, tokens))) is not None:
+        element = text[opened : text.find(">", opened) + 1 or opened + 60]
+        raise DocumentError(
+            f"{document}:{_line(text, opened)}: {element[:60]!r} may keep a number off the page (hidden, styled, "
+            "coloured, classed, turned or never rendered, or a stylesheet), while the reader, which drops tags, "
+            "would read it: what is checked may not be what is shown (docs/claims.md)"
+        )
     prose = Prose()
     stamp: Stamp | None = None
     pending = ""  # anchors on lines of their own, for the paragraph that follows
@@ -1086,6 +1108,9 @@ def latex_statements(text: str, vocabulary: Vocabulary, document: str) -> Iterat
     def line_at(position: int) -> int:
         return bisect.bisect_left(newlines, position) + 1
 
+    # A URL's % is a character, not a comment (url and hyperref read the address verbatim): taken for one, it
+    # swallowed the rest of the line and the link's text the next lines, so their numbers went unread.
+    text = _URL.sub(lambda found: found.group(0).replace("%", "_"), text)
     # Decoration becomes a command that prints nothing, of the same length (the lines stay where they were).
     text = _LATEX_DECORATION.sub(lambda found: "\\relax".ljust(len(found.group(0))), text)
     text = _TEXT_COLOUR.sub(lambda found: f"\\{_COLOURED}".ljust(len(found.group(0))), text)
@@ -1455,6 +1480,10 @@ def _converter() -> Any:
 
         return printed
 
+    def first(node: Any, l2tobj: Any) -> str:
+        parsed = node.nodeargd.argnlist if node.nodeargd and node.nodeargd.argnlist else []
+        return l2tobj.nodelist_to_text([parsed[0]]) if parsed and parsed[0] is not None else ""
+
     def arguments(node: Any, l2tobj: Any) -> str:
         parsed = node.nodeargd.argnlist if node.nodeargd and node.nodeargd.argnlist else []
         return " ".join(l2tobj.nodelist_to_text([part]) for part in parsed if part is not None)
@@ -1473,7 +1502,11 @@ def _converter() -> Any:
     context.add_context_category(
         "runaudit-links",
         prepend=True,
-        macros=[MacroTextSpec("href", simplify_repl=box(False))],
+        macros=[
+            MacroTextSpec("href", simplify_repl=box(False)),
+            # The page prints its first argument (the second goes to the PDF's bookmarks).
+            MacroTextSpec("texorpdfstring", simplify_repl=first),
+        ],
     )
     # The commands whose arguments the parser reads and the converter does not know were printed as nothing
     # (``\textsf{91.00}`` went unread in a cell and in prose): they print what their arguments hold, but
