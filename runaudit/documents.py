@@ -201,17 +201,30 @@ LATEX_BOXES = {
 # Zero-width boxes: what they hold overprints its neighbours, never stands between them.
 LATEX_OVERPRINTS = frozenset({"rlap", "llap", "clap", "mathrlap", "mathllap", "mathclap", "vphantom"})
 # A width of nothing or less, as written: ``\makebox[0pt][l]{97.05}`` prints what it holds over what follows.
-_NO_WIDTH = re.compile(
-    r"\[\s*(?:-[^\]]*|\+?\s*0*\.?0*\s*(?:[A-Za-z]{2}|\\(?:line|text|column)width)?\s*|\\z@\s*)\]"
+# A width as a box's width argument may plainly be written, of at least a tenth of a point or of the line: a
+# length, a share of the line or of the box's own width, or the width of some text. Anything else (``0pt``,
+# ``-1em``, ``\\z@``, ``\\dimexpr...``, ``1sp``) may be nothing or less.
+_PLAIN_WIDTH = re.compile(
+    r"\s*\+?\s*(?P<length>\d+(?:\.\d*)?|\.\d+)\s*(?:pt|em|ex|mm|cm|in|bp|pc|dd|cc|px)\s*"
+    r"|\s*(?:(?P<share>\d+(?:\.\d*)?|\.\d+)\s*)?\\(?:linewidth|textwidth|columnwidth|hsize|width)\s*"
+    r"|\s*\\widthof\s*\{[^{}]*\}\s*"
 )
 
 
 def _of_no_width(macro: str, arguments: Sequence[Any]) -> bool:
-    """Whether a ``\\makebox`` or ``\\framebox`` is given a width of nothing or less: a zero-width box
+    """Whether a ``\\makebox`` or ``\\framebox`` is given a width that may be nothing or less: such a box
     overprints its neighbours as ``\\rlap`` does (a hidden 97.05 passed under a visible 91.00 so). It is
-    refused where it holds a number the reader would take for a claim; a mark (``$^{1}$``) is read."""
+    refused where it holds a number the reader would take for a claim; a mark (``$^{1}$``) or an error
+    (``$\\pm$0.30``) hung beside a number is read."""
     width = arguments[0] if macro in ("makebox", "framebox") and arguments else None
-    return width is not None and _NO_WIDTH.fullmatch(width.latex_verbatim().strip()) is not None
+    if width is None:
+        return False
+    written = width.latex_verbatim().strip()[1:-1].strip()
+    if written.startswith("{") and written.endswith("}"):
+        written = written[1:-1]
+    plain = _PLAIN_WIDTH.fullmatch(written)
+    amount = plain and (plain.group("length") or plain.group("share"))
+    return plain is None or (amount is not None and float(amount) < 0.1)
 
 
 # Boxes that may draw what they hold at no size, out of place or over its neighbour (``\scalebox{0}{9}7.05``
@@ -259,10 +272,56 @@ _COLOURED_DIGITS = re.compile(
     _part_of_a_number(rf"{_COLOUR}\s*\{{|\{{\s*{_COLOUR}\s*").pattern
     # \textcolor's argument unbraced is one character: \textcolor{white}97.05 colours the 9 alone.
     + rf"|\\textcolor{_COLOUR_ARGUMENTS}\s*[\d.](?=[\d.\\])"
-    # However deeply grouped, a colour's digit against the digit after its groups, and after what opens a
-    # group or math there (\textcolor{white}{{9}}7.05, {9}{7.05}, {9}\textrm{7.05}, {$9$}7.05, {9}{}7.05)
-    + rf"|{_COLOUR}[^\n]{{0,200}}?\d\.?\s*(?:[}}$]\s*)+(?:\{{\s*\}}|\{{|\\[A-Za-z]+\s*\{{|\$)*\s*\.?\d"
 )
+# What a colour's group may end in and what may follow it, such that the number goes on past it: closing
+# braces and math, then opening ones, empty groups, math and font commands, then a digit or point
+# (\textcolor{white}{9}7.05, {{9}}7.05, {9}{7.05}, {9}\textrm{7.05}, {$9$}7.05, {9}{}7.05, \(\color{white}9\)7.05).
+# An index or a mark after it (\textsubscript{0.30}) is no continuation.
+_ENDS_IN_A_DIGIT = re.compile(r"[\d.](?:\s*(?:[}$]|\\\)))*\s*$")
+_NUMBER_GOES_ON_AFTER = re.compile(
+    r"(?:[}$]|\\[()]|\{\s*\}|\{|\\(?:text(?:rm|bf|it|sf|tt|md|up|sl|sc|normal)?|emph|mbox|hbox|ensuremath"
+    r"|math(?:rm|bf|it|sf|tt))\s*\{)*\.?\d"
+)
+_COLOUR_GROUP = re.compile(rf"\\(?:textcolor|colorbox|fcolorbox{_COLOUR_ARGUMENTS}){_COLOUR_ARGUMENTS}\s*\{{")
+_BRACE = re.compile(r"(?<!\\)[{}]")
+_MATH_CLOSE = re.compile(r"(?<!\\)\$|\\\)")
+
+
+def _colour_ends_inside_a_number(typeset: str) -> int | None:
+    """Where a colour's reach (a ``\\textcolor`` or colour box's group, or a ``\\color`` switch up to the end of
+    its group or math) ends in a digit or point that the number goes on past, or None. Groups are matched,
+    so no window bounds the colour's reach, and a closing brace of another group is not the colour's.
+    Linear: the braces and math delimiters are indexed once."""
+    ends: dict[int, int] = {}  # a brace's index -> the index of its closing brace
+    enclosing: list[int] = []  # for each brace event, the innermost group open just after it
+    opened: list[int] = []
+    braces = [(found.start(), found.group()) for found in _BRACE.finditer(typeset)]
+    for index, char in braces:
+        if char == "{":
+            opened.append(index)
+        elif opened:
+            ends[opened.pop()] = index
+        enclosing.append(opened[-1] if opened else -1)
+    positions = [index for index, _ in braces]
+    math_closes = [found.start() for found in _MATH_CLOSE.finditer(typeset)]
+    reaches: list[tuple[int, int, int]] = []  # (command start, reach start, reach end: its closing character)
+    for found in _COLOUR_GROUP.finditer(typeset):
+        if (end := ends.get(found.end() - 1)) is not None:
+            reaches.append((found.start(), found.end(), end))
+    for found in _COLOUR_SWITCH.finditer(typeset):
+        before = bisect.bisect_right(positions, found.start()) - 1
+        group = enclosing[before] if before >= 0 else -1
+        end = ends.get(group, len(typeset)) if group >= 0 else len(typeset)
+        math = bisect.bisect_left(math_closes, found.end())
+        if math < len(math_closes):
+            end = min(end, math_closes[math])
+        reaches.append((found.start(), found.end(), end))
+    for start, reach, end in reaches:
+        if _ENDS_IN_A_DIGIT.search(typeset, reach, end) and _NUMBER_GOES_ON_AFTER.match(typeset, end):
+            return start
+    return None
+
+
 # Beamer's overlays draw what they hold on some slides only: \only<2>{9}7.05 shows 7.05 on the first, where the
 # text reads 97.05. (Boxes that may draw what they hold at no size end a number in the reader instead:
 # :data:`LATEX_RESHAPING`.) The overlay's arguments may end in a digit however deeply grouped
@@ -935,31 +994,59 @@ def _anchor(comment: str) -> str | None:
 
 
 # HTML in Markdown that may keep what it holds off the page while the reader, which drops tags, reads it: an
-# element hidden, styled, coloured, classed (a stylesheet decides what shows) or given a direction (``<bdo
-# dir=rtl>0.9705</bdo>`` shows 5079.0), and the elements that never render what they hold as text.
-# ``<span hidden>97.05</span> `91.00``` in a cell passed 97.05 where the page shows 91.00.
-_HIDING_ATTRIBUTE = re.compile(r"(?:^|[\s\"'/])(?:hidden|style|class|color|dir)(?![^\s=/>])", re.IGNORECASE)
-_ANY_TAG = re.compile(r"<(/?)([A-Za-z][A-Za-z0-9-]*)([\s/][^<>]*)?>")  # linear: it stops at the next "<"
+# element hidden, styled or classed to hide, coloured, or turned right to left (``<bdo dir=rtl>0.9705</bdo>``
+# shows 5079.0), the elements that never render what they hold as text, and a stylesheet that may hide any
+# element. ``<span hidden>97.05</span> `91.00``` in a cell passed 97.05 where the page shows 91.00.
+_ANY_TAG = re.compile(r"<(/?)([A-Za-z][^\s/<>]*)([\s/][^<>]*)?>")  # linear: it stops at the next "<"
+_ATTRIBUTE = re.compile(r"""([^\s"'>/=]+)(?:\s*=\s*("[^"]*"|'[^']*'|[^\s"'>]*))?""")
+_HIDING_CSS = re.compile(
+    r"display\s*:\s*none|visibility|opacity|font-size\s*:\s*0|(?<![-\w])color\s*:|clip|transform|text-indent"
+    r"|position\s*:|content\s*:|(?<![-\w])(?:width|height)\s*:\s*0|overflow|filter|mix-blend",
+    re.IGNORECASE,
+)
+_HIDING_CLASS = frozenset(
+    {"hidden", "hide", "sr-only", "visually-hidden", "visuallyhidden", "d-none", "invisible", "collapse",
+     "screen-reader-text", "offscreen"}
+)  # fmt: skip
 _NEVER_RENDERED = frozenset(
     {"template", "noscript", "script", "textarea", "dialog", "rp", "datalist", "title", "noembed", "noframes",
-     "canvas", "video", "audio", "object", "iframe", "bdo"}
+     "canvas", "video", "audio", "object", "iframe", "bdo", "select", "option", "mphantom"}
 )  # fmt: skip
 _VOID = frozenset(
     {"area", "br", "col", "embed", "hr", "img", "input", "link", "meta", "source", "track", "wbr"}
 )
+_CLAIM_LIKE = re.compile(r"\d[.,·]\d|\d\s*%")  # what the reader may take for a stated result
+
+
+def _hides(name: str, attributes: str) -> bool:
+    """Whether an element, by its name and attributes as written, may keep what it holds off the page."""
+    if name in _NEVER_RENDERED:
+        return True
+    for found in _ATTRIBUTE.finditer(attributes):
+        attribute, value = found.group(1).lower(), (found.group(2) or "").strip("\"'")
+        if attribute in ("hidden", "popover", "color") or (attribute == "dir" and value.lower() == "rtl"):
+            return True
+        if attribute == "style" and _HIDING_CSS.search(value):
+            return True
+        if attribute == "class" and _HIDING_CLASS.intersection(value.lower().split()):
+            return True
+    return False
 
 
 def _hiding_html(content: str) -> int | None:
-    """Where ``content`` (code blanked) opens an element that may keep a digit it holds off the page, or a
-    stylesheet (``<style>``, which may hide any element), or None.
+    """Where ``content`` (code blanked) opens an element that may keep a number it holds off the page, or a
+    stylesheet that may hide elements (``<style>`` with display, visibility, colour...), or None.
 
     An element holds what stands up to its own closing tag, nested ones of its name counted (up to the end
-    of the text if it has none). Linear in ``content``: tags are paired in one pass, and the digits outside
+    of the text if it has none). Linear in ``content``: tags are paired in one pass, and the numbers outside
     every tag counted once.
     """
     tags = list(_ANY_TAG.finditer(content))
     shown = _TAG.sub(lambda found: " " * len(found.group(0)), content)
-    digits_before = [0, *itertools.accumulate(char.isdigit() for char in shown)]
+    claims = [0] * (len(content) + 1)
+    for found in _CLAIM_LIKE.finditer(shown):
+        claims[found.start() + 1] += 1
+    claims_before = list(itertools.accumulate(claims))
     closed_at: dict[int, int] = {}  # an opening tag's start -> where its closing tag starts
     open_of: dict[str, list[int]] = {}
     for found in tags:
@@ -973,26 +1060,34 @@ def _hiding_html(content: str) -> int | None:
         name = found.group(2).lower()
         if found.group(1) or name in _VOID:
             continue
-        if name == "style":
+        end = closed_at.get(found.start(), len(content))
+        if name == "style" and _HIDING_CSS.search(content, found.end(), end):
             return found.start()
-        if name in _NEVER_RENDERED or _HIDING_ATTRIBUTE.search(found.group(3) or ""):
-            end = closed_at.get(found.start(), len(content))
-            if digits_before[end] > digits_before[found.end()]:
-                return found.start()
+        if _hides(name, found.group(3) or "") and claims_before[end] > claims_before[found.end()]:
+            return found.start()
     return None
 
 
 def _code_blanked(text: str, tokens: Sequence[Any]) -> str:
-    """``text`` with its code (fenced and indented blocks, code spans) and comments as spaces, lines kept."""
+    """``text`` with its code as spaces, lines kept: fenced and indented blocks, and code spans line by line
+    and, in a table, cell by cell (a backtick left open in one paragraph or cell pairs with none in another,
+    as markdown-it reads them); then comments, which a code span's ``<!--`` does not open."""
     lines = text.split("\n")
+    in_table: set[int] = set()
     for token in tokens:
         if token.type in ("fence", "code_block") and token.map:
             for number in range(token.map[0], min(token.map[1], len(lines))):
                 lines[number] = " " * len(lines[number])
-    blanked = "\n".join(lines)
-    for pattern in (_MD_COMMENT, _CODE_SPAN):
-        blanked = pattern.sub(lambda found: re.sub(r"[^\n]", " ", found.group(0)), blanked)
-    return blanked
+        elif token.type == "table_open" and token.map:
+            in_table.update(range(token.map[0], token.map[1]))
+
+    def spans_blanked(piece: str) -> str:
+        return _CODE_SPAN.sub(lambda found: " " * len(found.group(0)), piece)
+
+    for number, line in enumerate(lines):
+        cells = re.split(r"(?<!\\)(\|)", line) if number in in_table else [line]
+        lines[number] = "".join(spans_blanked(cell) for cell in cells)
+    return _MD_COMMENT.sub(lambda found: re.sub(r"[^\n]", " ", found.group(0)), "\n".join(lines))
 
 
 def markdown_statements(text: str, vocabulary: Vocabulary, document: str) -> Iterator[Statement]:
@@ -1273,7 +1368,8 @@ def _walk_latex(nodes, prose, tables, stamp, line_at, vocabulary, document, sour
             inner = content.nodelist if isinstance(content, LatexGroupNode) else [content]
             if _of_no_width(node.macroname, arguments):
                 shown = _latex_text("".join(part.latex_verbatim() for part in inner if part is not None))
-                if any(printed is not None for _, printed in read_numbers(shown)):
+                an_error = re.match(_PLUS_MINUS, shown.strip())
+                if not an_error and any(printed is not None for _, printed in read_numbers(shown)):
                     raise DocumentError(
                         f"{document}: \\{node.macroname} at line {line} is given no width and prints "
                         f"{shown.strip()[:20]!r} over what stands beside it, which may hide it: what is checked "
@@ -1988,9 +2084,13 @@ def hidden_number(text: str, form: str) -> str | None:
     if form == "latex" and (code := _TEX_CHARACTER_CODES.search(text)) is not None:
         return f"TeX character codes ({code.group()}) at line {_line(text, code.start())}"
     typeset, origin = _as_typeset(text) if form == "latex" else (text, int)
-    if form == "latex" and (coloured := _COLOURED_DIGITS.search(typeset)) is not None:
+    coloured = _COLOURED_DIGITS.search(typeset) if form == "latex" else None
+    if (
+        form == "latex"
+        and (at := coloured.start() if coloured else _colour_ends_inside_a_number(typeset)) is not None
+    ):
         return (
-            f"a colour command colours part of a number at line {_line(text, origin(coloured.start()))} (its "
+            f"a colour command colours part of a number at line {_line(text, origin(at))} (its "
             "digits may be drawn in the page's colour): colour whole numbers"
         )
     if form == "latex" and (

@@ -1243,3 +1243,98 @@ def test_what_hyperref_prints_is_read_and_a_urls_percent_sign_is_no_comment() ->
     ):
         found = statements(document, "latex", WORDS, "p.tex")
         assert [item.printed.value for item in found] == [Decimal("91.00")], document
+
+
+@pytest.mark.parametrize(
+    "markdown",
+    [
+        "Press the ` key.\n\nProbe accuracy is <span hidden>97.05 %</span> `91.00 %`.\n",
+        "| Model | Accuracy (%) |\n|---|---|\n| baseline | 96.00 ` |\n| probe | <span hidden>97.05</span> `91.00` |\n",
+        "Write `<!--` to open a comment.\n\nProbe accuracy is <span hidden>97.05 %</span> `91.00 %`.\n\n"
+        "Close it with `-->`.\n",
+        "<div>\n<x_y hidden>Probe accuracy is 97.05 %.</x_y>\n</div>\n\nProbe accuracy is `91.00 %`.\n",
+        "Probe accuracy is <span popover>97.05 %</span> `91.00 %`.\n",
+        "Probe accuracy is <select><option>`91.00 %`</option><option>97.05 %</option></select>.\n",
+        "Probe accuracy is <math><mphantom><mn>97.05 %</mn></mphantom></math> `91.00 %`.\n",
+        'Probe accuracy is <span class="sr-only">97.05 %</span> `91.00 %`.\n',
+        'Probe accuracy is <span style="display: none">97.05 %</span> `91.00 %`.\n',
+    ],
+)
+def test_markdown_hiding_found_by_a_third_attack_refuses_the_document(markdown: str) -> None:
+    """Code spans were blanked across the whole document, so a backtick left open in one paragraph or cell,
+    or a ``<!--`` in code, blanked a hiding element in another; a tag name with other characters, and
+    elements and attributes that hide but were not listed, passed."""
+    with pytest.raises(DocumentError, match="may keep a number off the page"):
+        statements(markdown, "markdown", WORDS, "p.md")
+
+
+@pytest.mark.parametrize(
+    "markdown",
+    [
+        '<p style="text-align:center">The probe reaches an accuracy of 97.05 %.</p>\n',
+        'Install with <code class="language-bash">pip install probe==1.2</code>. The probe reaches an accuracy '
+        "of 97.05 %.\n",
+        '<a href="https://github.com/u/r/tree/main/examples/style/">Example 2</a>: the probe reaches an accuracy '
+        "of 97.05 %.\n",
+        '<p dir="auto">The probe reaches an accuracy of 97.05 %.</p>\n',
+        '<video src="demo.mp4" controls>Your browser does not support HTML5 video.</video>\n\n'
+        "The probe reaches an accuracy of 97.05 %.\n",
+        '<p align="center" class="logo"><img src="logo.png">\n\nThe probe reaches an accuracy of 97.05 %.\n',
+        '<details open class="results"><summary>Results</summary>The probe reaches an accuracy of 97.05 %.'
+        "</details>\n",
+    ],
+)
+def test_html_that_aligns_labels_or_links_is_read_in_markdown(markdown: str) -> None:
+    """Found over-refused by an attack on the first version: a style that only aligns, a class that names no
+    hiding, a path segment named ``style`` inside a link, ``dir="auto"``, a video's fallback text."""
+    assert [item.printed.value for item in statements(markdown, "markdown", WORDS, "p.md")] == [
+        Decimal("97.05")
+    ]
+
+
+@pytest.mark.parametrize(
+    "latex",
+    [
+        "The probe reaches an accuracy of \\(\\color{white}9\\)7.05\\%.",
+        _tabular("Model & Accuracy (\\%) \\\\\nprobe & \\(\\color{white}9\\)7.05 \\\\\n"),
+        "The probe reaches an accuracy of \\textcolor{white}{" + "\\relax " * 40 + "9}7.05\\%.",
+        "The probe reaches an accuracy of \\textcolor{white}{" + " " * 250 + "9}7.05\\%.",
+        "The probe reaches an accuracy of \\textcolor{white}{" + "{}" * 110 + "9}7.05\\%.",
+    ],
+)
+def test_a_colours_reach_is_its_group_or_its_math_however_long(latex: str) -> None:
+    """The colour check looked 200 characters past the colour for a digit before ``}`` (padding beat it) and
+    knew no ``\\)``; it now matches the colour's own group, or a switch's group or math."""
+    with pytest.raises(DocumentError, match="colours part of a number"):
+        statements(latex, "latex", WORDS, "p.tex")
+
+
+def test_a_coloured_label_or_value_beside_an_index_and_a_box_of_the_lines_width_are_read() -> None:
+    """Found over-refused: the 200-character window crossed rows to another group's ``}``, and a bare
+    ``\\linewidth`` read as a width of nothing."""
+    rows = (
+        "Arm & Accuracy (clean, \\%) \\\\\n\\textcolor{gray}{baseline} & 96.00\\textsubscript{0.40} \\\\\n"
+        "probe & \\textcolor{blue}{97.05}\\textsubscript{0.30} \\\\\n"
+    )
+    assert [item.printed.value for item in statements(_tabular(rows), "latex", WORDS, "p.tex")] == [
+        Decimal("96.00"),
+        Decimal("97.05"),
+    ]
+    centred = (
+        "\\makebox[\\linewidth][c]{%\n"
+        + _tabular("Arm & Accuracy (clean, \\%) \\\\\nprobe & 97.05 \\\\\n")
+        + "}"
+    )
+    assert [item.printed.value for item in statements(centred, "latex", WORDS, "p.tex")] == [Decimal("97.05")]
+    hung = _tabular(
+        "Arm & Accuracy (clean, \\%) \\\\\nprobe & 97.05\\makebox[0pt][l]{\\,\\tiny$\\pm$0.30} \\\\\n"
+    )
+    assert [item.printed.value for item in statements(hung, "latex", WORDS, "p.tex")] == [Decimal("97.05")]
+    for width in ("{0pt}", "\\dimexpr-1em\\relax", "0\\width", "0.00001pt", "1sp"):
+        with pytest.raises(DocumentError, match="is given no width"):
+            statements(
+                f"The probe reaches an accuracy of \\makebox[{width}][l]{{97.05\\%}}.",
+                "latex",
+                WORDS,
+                "p.tex",
+            )
