@@ -378,6 +378,40 @@ _LATEX_DECORATION = re.compile(  # each part bounded: \cellcolor[ repeated 20,00
 # says whether it shows. Its name is dropped, and the command becomes one of these, of the same length or
 # shorter: a box around what ``\textcolor`` colours, and a switch that colours the rest of its group. In a
 # table cell they are read as boxes that may hide their digits (:func:`_hides_its_claim`).
+# TeX's conditionals and their ends. \iff (a math symbol) and \ifthenelse (a macro of its own) are none.
+_CONDITIONAL = re.compile(r"\\(?:(?!iff(?![A-Za-z@])|ifthenelse)(if[A-Za-z@]*)|(fi))(?![A-Za-z@])")
+
+
+def _conditionals_read(latex: str) -> tuple[str, int | None]:
+    """``latex`` with what ``\\iffalse ... \\fi`` holds dropped, as TeX never typesets it (a table's rows kept
+    there were read), and where another conditional in the document's body holds a claim-like number (which
+    of its branches is typeset is not read), or None. One pass; each dropped stretch becomes ``\\relax`` and
+    blanks of its length, line breaks kept, so a number it splits is still refused and lines stay."""
+    body = latex.find("\\begin{document}")
+    opened: list[tuple[int, str]] = []
+    dropped: list[tuple[int, int]] = []
+    undecided: int | None = None
+    for found in _CONDITIONAL.finditer(latex):
+        if found.group(1):
+            opened.append((found.start(), found.group(1)))
+            continue
+        if not opened:
+            continue
+        start, name = opened.pop()
+        if name == "iffalse" and not any(other == "iffalse" for _, other in opened):
+            dropped.append((start, found.end()))
+        elif name not in ("iffalse", "iftrue") and start > body and undecided is None:
+            undecided = start if _CLAIM_LIKE.search(latex, start, found.start()) else None
+    if not dropped:
+        return latex, undecided
+    pieces, last = [], 0
+    for start, end in dropped:
+        blank = re.sub(r"[^\n]", " ", latex[start:end])
+        pieces += [latex[last:start], "\\relax" + blank[6:]]
+        last = end
+    return "".join(pieces) + latex[last:], undecided
+
+
 _URL = re.compile(r"\\(?:url|href|nolinkurl|path)\s*(?:\[[^\]\n]{0,200}\])?\s*\{[^{}\n]{0,2000}\}")
 _TEXT_COLOUR = re.compile(rf"\\(?:textcolor|colorbox|fcolorbox{_COLOUR_ARGUMENTS}){_COLOUR_ARGUMENTS}")
 _COLOUR_SWITCH = re.compile(rf"\\color{_COLOUR_ARGUMENTS}")
@@ -1203,6 +1237,12 @@ def latex_statements(text: str, vocabulary: Vocabulary, document: str) -> Iterat
     def line_at(position: int) -> int:
         return bisect.bisect_left(newlines, position) + 1
 
+    text, undecided = _conditionals_read(text)
+    if undecided is not None:
+        raise DocumentError(
+            f"{document}: a TeX conditional at line {_line(text, undecided)} holds a number; which branch is "
+            "typeset is not read, so what is checked may not be what is shown (docs/claims.md)"
+        )
     # A URL's % is a character, not a comment (url and hyperref read the address verbatim): taken for one, it
     # swallowed the rest of the line and the link's text the next lines, so their numbers went unread.
     text = _URL.sub(lambda found: found.group(0).replace("%", "_"), text)

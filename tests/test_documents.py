@@ -1338,3 +1338,30 @@ def test_a_coloured_label_or_value_beside_an_index_and_a_box_of_the_lines_width_
                 WORDS,
                 "p.tex",
             )
+
+
+def test_what_iffalse_holds_is_not_read_and_another_conditional_holding_a_number_refuses_the_document() -> (
+    None
+):
+    """A table's row kept inside ``\\iffalse ... \\fi`` was read (97.05 passed where the page shows the row
+    below it), and so was the branch of ``\\ifx`` that TeX skips."""
+    table = _tabular(
+        "Model & Accuracy (\\%) \\\\\n\\iffalse probe & 97.05 \\\\ \\fi\nprobe & 91.00 \\\\\n",
+        "\\begin{tabular}{lc}",
+    )
+    assert [item.printed.value for item in statements(table, "latex", WORDS, "p.tex")] == [Decimal("91.00")]
+    for undecided in (
+        "The probe reaches an accuracy of \\ifx ab 97.05\\%\\fi \\verb|91.00%|.",
+        "\\begin{document}The probe reaches an accuracy of \\ifarxiv 97.05\\else 91.00\\fi\\%.",
+    ):
+        with pytest.raises(DocumentError, match="a TeX conditional at line 1 holds a number"):
+            statements(undecided, "latex", WORDS, "p.tex")
+    # A preamble's conditionals and \iff (a symbol) are read as before.
+    for read in (
+        "\\ifx\\pdfoutput\\undefined\\setlength{\\textwidth}{6.5in}\\fi\n\\begin{document}\n"
+        "The probe reaches an accuracy of 97.05\\%.",
+        "The probe reaches \\(a \\iff b\\) an accuracy of 97.05\\%.",
+    ):
+        assert [item.printed.value for item in statements(read, "latex", WORDS, "p.tex")] == [
+            Decimal("97.05")
+        ]
