@@ -277,10 +277,11 @@ _COLOURED_DIGITS = re.compile(
 # braces and math, then opening ones, empty groups, math and font commands, then a digit or point
 # (\textcolor{white}{9}7.05, {{9}}7.05, {9}{7.05}, {9}\textrm{7.05}, {$9$}7.05, {9}{}7.05, \(\color{white}9\)7.05).
 # An index or a mark after it (\textsubscript{0.30}) is no continuation.
-_ENDS_IN_A_DIGIT = re.compile(r"[\d.](?:\s*(?:[}$]|\\\)))*\s*$")
-_NUMBER_GOES_ON_AFTER = re.compile(
-    r"(?:[}$]|\\[()]|\{\s*\}|\{|\\(?:text(?:rm|bf|it|sf|tt|md|up|sl|sc|normal)?|emph|mbox|hbox|ensuremath"
-    r"|math(?:rm|bf|it|sf|tt))\s*\{)*\.?\d"
+_CLOSERS = frozenset(" \t\n}$")  # what may stand after a colour's last digit, inside its reach (and \))
+_OPENERS = frozenset("{}$")  # what may stand between the end of its reach and the digit that goes on
+_FONT_OPENING = re.compile(
+    r"\\(?:text(?:rm|bf|it|sf|tt|md|up|sl|sc|normal)?|emph|mbox|hbox|ensuremath|math(?:rm|bf|it|sf|tt)|[()])"
+    r"\s*\{?"
 )
 _COLOUR_GROUP = re.compile(rf"\\(?:textcolor|colorbox|fcolorbox{_COLOUR_ARGUMENTS}){_COLOUR_ARGUMENTS}\s*\{{")
 _BRACE = re.compile(r"(?<!\\)[{}]")
@@ -316,8 +317,32 @@ def _colour_ends_inside_a_number(typeset: str) -> int | None:
         if math < len(math_closes):
             end = min(end, math_closes[math])
         reaches.append((found.start(), found.end(), end))
+    # The last character before each index that is no closer, and the first at or after it that is no opener
+    # (a backslash counts with the bracket it escapes), each in one pass: no reach scans its own stretch.
+    last_shown, shown = [-1] * (len(typeset) + 1), -1
+    for index, char in enumerate(typeset):
+        last_shown[index] = shown
+        closes_math = typeset[index : index + 2] == "\\)" or typeset[index - 1 : index + 1] == "\\)"
+        if char not in _CLOSERS and not closes_math:
+            shown = index
+    last_shown[len(typeset)] = shown
+    first_shown, shown = [len(typeset)] * (len(typeset) + 1), len(typeset)
+    for index in range(len(typeset) - 1, -1, -1):
+        if typeset[index] not in _OPENERS:
+            shown = index
+        first_shown[index] = shown
     for start, reach, end in reaches:
-        if _ENDS_IN_A_DIGIT.search(typeset, reach, end) and _NUMBER_GOES_ON_AFTER.match(typeset, end):
+        last = last_shown[end]
+        if last < reach or not (typeset[last].isdigit() or typeset[last] == "."):
+            continue
+        after = first_shown[end]
+        for _ in range(8):  # a few font commands opened after it, each a group of its own
+            opening = _FONT_OPENING.match(typeset, after)
+            if opening is None:
+                break
+            after = first_shown[opening.end()] if opening.end() < len(typeset) else len(typeset)
+        following = typeset[after : after + 2]
+        if following[:1].isdigit() or (following[:1] == "." and following[1:].isdigit()):
             return start
     return None
 
