@@ -218,7 +218,8 @@ def parse_inventory(text: str, box: str, root: str) -> Inventory:
             raise Refused(f"{cannot} ({root}/{words[1]} cannot be listed); {NOTHING_STOPPED}")
         if words[0] == "unlisted" and len(words) == 2:
             raise Refused(
-                f"{cannot} (a live run's folder {words[1][:80]!r}, hex, cannot be listed); {NOTHING_STOPPED}"
+                f"{cannot} (active/{shown(_decoded(words[1], cannot))} cannot be listed: whether training "
+                f"resumed there is not known); {NOTHING_STOPPED}"
             )
         if words[0] == "resumed":
             live = entries[-1] if entries else None
@@ -230,13 +231,18 @@ def parse_inventory(text: str, box: str, root: str) -> Inventory:
             continue
         if len(words) != 4 or words[1] not in AREAS:
             raise Refused(f"{cannot} (an unexpected listing line {line[:80]!r}); {NOTHING_STOPPED}")
-        try:
-            name = bytes.fromhex(words[3]).decode("utf-8", "surrogateescape")
-        except ValueError:
-            raise Refused(f"{cannot} (an undecodable name {words[3][:80]!r}); {NOTHING_STOPPED}") from None
+        name = _decoded(words[3], cannot)
         if words[2] not in HOUSEKEEPING.get((words[1], name), ()):
             entries.append(Entry(words[1], name, words[2]))
     return Inventory(box, root, tuple(entries))
+
+
+def _decoded(hexed: str, cannot: str) -> str:
+    """A name as the listing sent it (its bytes in hex), decoded so that any byte round-trips."""
+    try:
+        return bytes.fromhex(hexed).decode("utf-8", "surrogateescape")
+    except ValueError:
+        raise Refused(f"{cannot} (an undecodable name {hexed[:80]!r}); {NOTHING_STOPPED}") from None
 
 
 def _encoded(name: str) -> str:
