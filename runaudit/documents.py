@@ -293,17 +293,7 @@ def _colour_ends_inside_a_number(typeset: str) -> int | None:
     its group or math) ends in a digit or point that the number goes on past, or None. Groups are matched,
     so no window bounds the colour's reach, and a closing brace of another group is not the colour's.
     Linear: the braces and math delimiters are indexed once."""
-    ends: dict[int, int] = {}  # a brace's index -> the index of its closing brace
-    enclosing: list[int] = []  # for each brace event, the innermost group open just after it
-    opened: list[int] = []
-    braces = [(found.start(), found.group()) for found in _BRACE.finditer(typeset)]
-    for index, char in braces:
-        if char == "{":
-            opened.append(index)
-        elif opened:
-            ends[opened.pop()] = index
-        enclosing.append(opened[-1] if opened else -1)
-    positions = [index for index, _ in braces]
+    positions, ends, enclosing = _paired_braces(typeset)
     math_closes = [found.start() for found in _MATH_CLOSE.finditer(typeset)]
     reaches: list[tuple[int, int, int]] = []  # (command start, reach start, reach end: its closing character)
     for found in _COLOUR_GROUP.finditer(typeset):
@@ -1487,19 +1477,28 @@ def _column_problem(environment: Any, defined: frozenset[str]) -> str | None:
 _BEGIN = re.compile(r"\\begin\s*\{[^{}]*\}")
 
 
+def _paired_braces(text: str) -> tuple[list[int], dict[int, int], list[int]]:
+    """The unescaped braces of ``text`` in one pass: their indexes, each closed ``{``'s closing brace, and for
+    each brace the innermost group open just after it (-1: none)."""
+    positions: list[int] = []
+    ends: dict[int, int] = {}
+    enclosing: list[int] = []
+    opened: list[int] = []
+    for found in _BRACE.finditer(text):
+        index = found.start()
+        if found.group() == "{":
+            opened.append(index)
+        elif opened:
+            ends[opened.pop()] = index
+        positions.append(index)
+        enclosing.append(opened[-1] if opened else -1)
+    return positions, ends, enclosing
+
+
 def _group_ends(text: str) -> dict[int, int]:
     """For each unescaped ``{`` of ``text`` that is closed, the index just past its closing brace (one pass:
     :func:`_closing` from each of a thousand ``@{`` of a column specification took 37 s)."""
-    ends: dict[int, int] = {}
-    opened: list[int] = []
-    for index, char in enumerate(text):
-        if char in "{}" and text[index - 1 : index] == "\\":
-            continue
-        if char == "{":
-            opened.append(index)
-        elif char == "}" and opened:
-            ends[opened.pop()] = index + 1
-    return ends
+    return {opening: closing + 1 for opening, closing in _paired_braces(text)[1].items()}
 
 
 def _closing(text: str, opening: int) -> int:
