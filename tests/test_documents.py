@@ -11,6 +11,8 @@ import pytest
 
 from runaudit.documents import STATEMENT_CAP, DocumentError, Statement, Vocabulary, statements
 
+# The linear-time bounds below read time.thread_time(), the CPU this test's own thread spent: the other xdist
+# workers sharing the cores stretch the wall clock (2.05 s on a loaded run) but not that.
 WORDS = Vocabulary(("accuracy", "cross_entropy"), ("clean", "noise"), ("baseline", "probe", "demo"))
 
 # A NeurIPS-style booktabs table: a spanning header, \cmidrule, the best number in bold, row spacing, \%.
@@ -680,14 +682,14 @@ def test_a_plus_minus_in_a_superscript_of_an_integer_is_a_power() -> None:
 def test_an_error_is_joined_on_its_line_only_and_in_linear_time() -> None:
     """Two runs of white space in a row made the pattern quadratic: a number before a 64 kB code span (blank to
     the pattern) took 27 s. A ± after a percent sign in the next paragraph is a number of its own."""
-    started = time.perf_counter()
+    started = time.thread_time()
     statements(
         "The probe reaches an accuracy of 97.05 `" + "x" * (64 << 10) + "` on clean data.",
         "markdown",
         WORDS,
         "p.md",
     )
-    assert time.perf_counter() - started < 2
+    assert time.thread_time() - started < 2
     apart = statements(
         "Accuracy of the probe on clean data: 97.05 %\n\n± 0.3 % is the baseline's spread.",
         "markdown",
@@ -699,11 +701,11 @@ def test_an_error_is_joined_on_its_line_only_and_in_linear_time() -> None:
         "The probe reaches an accuracy of 97.05 % (\n\n± 0.3 %) on clean data.", "markdown", WORDS, "p.md"
     )
     assert [(found.printed.text, found.printed.error) for found in apart][:1] == [("97.05 %", None)]
-    started = time.perf_counter()  # digits before 64 kB of letters: each digit given back rescanned them all
+    started = time.thread_time()  # digits before 64 kB of letters: each digit given back rescanned them all
     statements(
         "The probe reaches an accuracy of 1" + "1" * (64 << 10) + "a" * (64 << 10), "markdown", WORDS, "p.md"
     )
-    assert time.perf_counter() - started < 2
+    assert time.thread_time() - started < 2
     for joiners in (
         "_",
         "(",
@@ -711,11 +713,11 @@ def test_an_error_is_joined_on_its_line_only_and_in_linear_time() -> None:
         " \n",
         "\u200b",
     ):  # what may stand before an error, never followed by one
-        started = time.perf_counter()
+        started = time.thread_time()
         statements(
             f"The probe reaches an accuracy of 97.05{joiners * (64 << 10)}±", "markdown", WORDS, "p.md"
         )
-        assert time.perf_counter() - started < 2, joiners  # zero-width spaces took 2.4 s, quadratic before
+        assert time.thread_time() - started < 2, joiners  # zero-width spaces took 2.4 s, quadratic before
 
 
 def test_a_multirow_cell_prints_its_text() -> None:
@@ -1051,7 +1053,7 @@ def test_boxes_colours_and_overlays_left_open_are_checked_in_linear_time() -> No
         "\\cmidrule(",
         "\\color[",
     ):
-        started = time.perf_counter()
+        started = time.thread_time()
         with contextlib.suppress(DocumentError):  # the parser may refuse so many unclosed groups: in time
             statements(
                 f"The probe reaches an accuracy of 97.05\\% on clean. {opened * 20000}",
@@ -1059,7 +1061,7 @@ def test_boxes_colours_and_overlays_left_open_are_checked_in_linear_time() -> No
                 WORDS,
                 "p.tex",
             )
-        assert time.perf_counter() - started < 2, opened
+        assert time.thread_time() - started < 2, opened
 
 
 def test_what_commands_the_converter_does_not_know_hold_is_read_in_cells_and_prose() -> None:
@@ -1142,20 +1144,20 @@ def test_html_that_shows_what_it_holds_is_read_in_markdown() -> None:
 def test_unclosed_html_tags_are_read_in_linear_time() -> None:
     """The tag pattern ran to the end of the text from every unclosed ``<b x=``: a 200 kB HTML block took 8.8 s."""
     for document in ("<div>\n" + "<b x=" * 40_000, "<b hidden=" * 20_000, "<div>\n<b " + "x" * 200_000):
-        started = time.perf_counter()
+        started = time.thread_time()
         with contextlib.suppress(DocumentError):
             statements(document, "markdown", WORDS, "p.md")
-        assert time.perf_counter() - started < 2, document[:20]
+        assert time.thread_time() - started < 2, document[:20]
 
 
 def test_a_column_specification_is_read_in_linear_time_and_refused_past_its_cap() -> None:
     """Each of a thousand ``@{\\}`` looked for its closing brace to the end of the specification (an escaped
     brace closes nothing): a 284 kB ``\\newcolumntype`` took 37 s before the parser refused the document."""
     document = "\\newcolumntype{x}{" + "@{\\}" * 999 + "{" + "a" * 280_000 + "}}\n"
-    started = time.perf_counter()
+    started = time.thread_time()
     with pytest.raises(DocumentError, match="column specification of"):
         statements(document, "latex", WORDS, "p.tex")
-    assert time.perf_counter() - started < 2
+    assert time.thread_time() - started < 2
 
 
 def test_a_links_text_and_inline_math_as_an_environment_are_read() -> None:
@@ -1375,7 +1377,7 @@ def test_colour_reaches_are_checked_in_linear_time() -> None:
         "\\textcolor{red}{9}" + "\\textrm{" * 20_000,
         "{\\color{red}9" + "}" * 100_000,
     ):
-        started = time.perf_counter()
+        started = time.thread_time()
         with contextlib.suppress(DocumentError):
             statements(document, "latex", WORDS, "p.tex")
-        assert time.perf_counter() - started < 2, document[:20]
+        assert time.thread_time() - started < 2, document[:20]
