@@ -135,6 +135,9 @@ class RunReceipt:
     path: Path | None
     document: Mapping[str, Any] | None
     problems: tuple[str, ...]
+    # The governing manifest's entries for the run (path "<run-id>/...", bytes, sha256), when current: what
+    # any other copy of the run (the box's, for ``runaudit down``) must equal to be covered by this receipt.
+    entries: tuple[Mapping[str, Any], ...] = ()
 
     @property
     def current(self) -> bool:
@@ -184,7 +187,7 @@ def run_receipt(
         if len(lost) > 5:
             lines += (f"run {run_id}: ... ({len(lost)} problems in all)",)
         return RunReceipt(run_id, manifest.pull_id, path, document, lines)
-    return RunReceipt(run_id, manifest.pull_id, path, document, ())
+    return RunReceipt(run_id, manifest.pull_id, path, document, (), tuple(manifest.entries_of(run_id)))
 
 
 def receipt_status(

@@ -4,9 +4,11 @@ knowingly abandoned.
 The box is named as for every remote verb (``--host/--port/--user/--identity/--known-hosts
 --remote-root``; strict host keys, secrets by name only). Over one SSH connection ``down`` first takes
 the box's inventory under the remote root: ``active/*`` (live runs), ``export/*``, ``export/.partial/*``
-(an interrupted close), ``export/hardware/*`` and ``quarantine/*`` (``<id>--<attempt>`` maps back to
-``<id>``), and which live runs' folders hold a file that ``close`` seals. A box it cannot list (a transport failure, a refused host key, a remote root that does not
-exist) is a refusal, never an approval. Names from the box are untrusted: only a safe id is looked up
+(an interrupted close), ``export/hardware/*``, ``runs/*`` and ``runs/hardware/*`` (capsules accepted on
+the box) and ``quarantine/*`` (``<id>--<attempt>`` maps back to ``<id>``), with every file of each capsule
+folder and of what ``close`` seals in a live run's folder hashed on the box. A box it cannot list or hash
+(a transport failure, a refused host key, a remote root that does not exist, no ``sha256sum``, a file it
+cannot read) is a refusal, never an approval. Names from the box are untrusted: only a safe id is looked up
 among the local receipts (whose own manifests name the folders checked), never joined to a local path
 by itself; any other name is shown escaped (``repr``) and can only be abandoned, by exactly that name.
 
@@ -16,10 +18,13 @@ Then, in order, refusing at the first failure:
    has a current receipt over bytes still present here (:func:`runaudit.receipts.receipt_status`, which
    re-hashes any file changed since it was verified), or is named with ``--abandon ID`` (an unsafe name
    by exactly that name; one naming nothing on the box, or a run also named, is refused); an empty
-   inventory with no run named proves nothing about the remote root. A receipt covers the bytes it
-   verified, not newer ones: a run the box is closing again (``export/.partial/<id>``), or whose
-   ``active/<id>`` holds a file among those ``close`` seals written after its sealed ``run.json``
-   (training resumed after the pull), is refused until it is pulled and verified again, or abandoned;
+   inventory with no run named, or a remote root holding none of the areas, proves nothing about the
+   remote root. A receipt covers the bytes it verified, not a folder of the same name: a run whose
+   capsule folder on the box is not, file for file, what its pull listed, one the box is closing again
+   (``export/.partial/<id>``), or one whose ``active/<id>`` holds bytes among those ``close`` seals that
+   its sealed capsule on the box does not (training resumed after the pull, compared by content, never by
+   clock), is refused until it is pulled and verified again, or abandoned; a hardware capsule, which no
+   pull manifest lists, only by abandoning it as ``hardware/<id>``;
 2. the profile's teardown plan is shown: the meter-stop verb, what it deletes, whether it can be undone,
    the other steps and the billables that outlive it, and every danger clock (a profile whose teardown
    differs per member needs the member first);
@@ -60,6 +65,8 @@ from runaudit.runners.ssh import UNKNOWN_STATE, Remote
 from runaudit.usage import Refusal, existing_dir
 
 RECORD_VERSION = "runaudit.teardown/1"
+# The listing hashes every capsule on the box: tens of GiB at the disk's rate (a few hundred MB/s) take minutes.
+INVENTORY_TIMEOUT_S = 3600
 NOTHING_STOPPED = "nothing was stopped"
 # Where runs live on the box, and what being there means. Order is the order they are reported in.
 AREAS: Mapping[str, str] = {
@@ -67,26 +74,49 @@ AREAS: Mapping[str, str] = {
     "export": "sealed",
     "export/.partial": "closing, interrupted",
     "export/hardware": "sealed",
+    "runs": "accepted",
+    "runs/hardware": "accepted",
     "quarantine": "quarantined",
 }
+# Areas whose folders are whole capsules: the box's copy must be, file for file, what the receipt verified.
+CAPSULE_AREAS = ("export", "runs")
+# Hardware capsules: ``runaudit manifest`` lists none (runners/manifest.py), so no receipt can cover one.
+HARDWARE_AREAS = ("export/hardware", "runs/hardware")
 # Entries of an area that belong to the harness, not to a run: the sub-areas and close's lock file.
 HOUSEKEEPING = {
     ("export", ".partial"): ("dir", "link-dir"),
     ("export", "hardware"): ("dir", "link-dir"),
     ("export", ".close.lock"): ("file",),
+    ("runs", "hardware"): ("dir", "link-dir"),
 }
 # close.py names a quarantined attempt ``<run id>--<attempt id>`` (runaudit.clock.attempt_id: 20260101T000000Z-abc123).
 QUARANTINED = re.compile(r"(?P<run>.+)--\d{8}T\d{6}Z-[0-9a-f]{6}", re.DOTALL)  # matched whole (fullmatch)
 
 # POSIX sh, read-only. Every name goes back hex-encoded (a name may hold a newline or any byte), and a
-# final sentinel shows that the answer was not cut short. Symlinked areas are followed (a data disk). A live
-# run's folder is reported once more, as ``resumed``, when it holds a file (not a folder) among the names close
-# seals that was written after that run's sealed run.json (or any, where the box holds no sealed capsule of
-# it: a copy across filesystems keeps active/'s own, older files), and as ``unlisted`` when it cannot be read.
+# final sentinel shows that the answer was not cut short. Symlinked areas are followed (a data disk). The
+# files of every sealed or accepted capsule folder (export/<id>, runs/<id>) and of every entry close seals
+# in a live run's folder go back with their size and SHA-256, hashed on the box: what a receipt covers is
+# compared by content, never by name or clock. A file that is not a regular one is listed as ``odd``, one
+# that cannot be read or a folder that cannot be walked as ``unhashed``, a live folder that cannot be
+# read as ``unlisted``.
 INVENTORY = r"""
 if [ ! -d "$R" ]; then echo "root=missing"; echo "inventory=complete"; exit 0; fi
 echo "root=present"
-for area in active export export/.partial export/hardware quarantine; do
+if ! command -v sha256sum >/dev/null 2>&1; then echo "hasher=missing"; echo "inventory=complete"; exit 0; fi
+digests() {
+  label=$1; base=$2; shift 2
+  find "$@" ! -type d -exec sh -c '
+    label=$1; base=$2; shift 2
+    for f do
+      hex=$(printf "%s" "${f#"$base"/}" | od -An -v -tx1 | tr -d " \n")
+      if [ -L "$f" ] || [ ! -f "$f" ]; then echo "odd $label $hex"; continue; fi
+      if [ ! -r "$f" ]; then echo "unhashed $label"; continue; fi
+      size=$(wc -c < "$f" | tr -d " ")
+      sum=$(sha256sum < "$f" | cut -c1-64)
+      echo "file $label $hex $size $sum"
+    done' sh "$label" "$base" {} + || echo "unhashed $label"
+}
+for area in active export export/.partial export/hardware runs runs/hardware quarantine; do
   d="$R/$area"
   if [ ! -e "$d" ] && [ ! -L "$d" ]; then echo "area $area absent"; continue; fi
   if [ ! -d "$d" ] || [ ! -r "$d" ] || [ ! -x "$d" ]; then echo "area $area unreadable"; continue; fi
@@ -100,16 +130,16 @@ for area in active export export/.partial export/hardware quarantine; do
     else kind=other; fi
     hex=$(printf '%s' "${p##*/}" | od -An -v -tx1 | tr -d ' \n')
     echo "entry $area $kind $hex"
-    if [ "$area" = active ] && [ -d "$p" ]; then
-      if [ ! -r "$p" ] || [ ! -x "$p" ]; then echo "unlisted $hex"; continue; fi
-      sealed="$R/export/${p##*/}/run.json"
-      for n in $SEALED; do
-        if [ ! -e "$p/$n" ] && [ ! -L "$p/$n" ]; then continue; fi
-        if [ ! -f "$sealed" ]; then echo "resumed $hex"; break; fi
-        newer=$(find "$p/$n" ! -type d -newer "$sealed" -print 2>&1 | head -n 1)
-        if [ -n "$newer" ]; then echo "resumed $hex"; break; fi
-      done
-    fi
+    if [ "$kind" != dir ]; then continue; fi
+    case "$area/${p##*/}" in export/.partial|export/hardware|runs/hardware) continue ;; esac
+    case "$area" in
+      export|runs) digests "$area $hex" "$p" "$p" ;;
+      active)
+        if [ ! -r "$p" ] || [ ! -x "$p" ]; then echo "unlisted $hex"; continue; fi
+        for n in $SEALED; do
+          if [ -e "$p/$n" ] || [ -L "$p/$n" ]; then digests "$area $hex" "$p" "$p/$n"; fi
+        done ;;
+    esac
   done
 done
 echo "inventory=complete"
@@ -127,7 +157,11 @@ class Entry:
     area: str
     name: str  # decoded with surrogateescape, so any byte round-trips to an exact ``--abandon``
     kind: str
-    resumed: bool = False  # a live run's folder holding a file close seals, newer than its sealed capsule
+    # What the box hashed under the folder (capsule folders, and what close seals in a live one): each
+    # file's path below it, size and SHA-256; and the paths that are not regular files.
+    files: tuple[tuple[str, int, str], ...] = ()
+    odd: tuple[str, ...] = ()
+    resumed: bool = False  # a live run's folder holding bytes close seals that its sealed capsule does not
 
     @property
     def newer_than_a_receipt(self) -> bool:
@@ -135,8 +169,14 @@ class Entry:
         return self.area == "export/.partial" or self.resumed
 
     @property
+    def hardware(self) -> bool:
+        return self.area in HARDWARE_AREAS
+
+    @property
     def run_id(self) -> str | None:
-        """The run this entry belongs to, or None when its name is not a safe id."""
+        """The run this entry belongs to, or None when no receipt can cover it (an unsafe name, hardware)."""
+        if self.hardware:
+            return None
         match = QUARANTINED.fullmatch(self.name) if self.area == "quarantine" else None
         if match and is_safe_id(match["run"]):
             return match["run"]
@@ -144,7 +184,10 @@ class Entry:
 
     @property
     def key(self) -> str:
-        """What covers it: a receipt for ``run_id``, or ``--abandon`` naming exactly this key."""
+        """What covers it: a receipt for ``run_id``, or ``--abandon`` naming exactly this key (a hardware
+        capsule as ``hardware/<name>``, which no run id can be)."""
+        if self.hardware:
+            return f"hardware/{self.name}"
         return self.run_id or self.name
 
     @property
@@ -155,7 +198,7 @@ class Entry:
             place += self.name
         detail = AREAS[self.area] if self.kind in ("dir", "link-dir") else f"{AREAS[self.area]}, {self.kind}"
         if self.resumed:
-            detail += ", holding files close seals written since its capsule was sealed"
+            detail += ", holding files close seals that its sealed capsule does not hold"
         return f"{place}, {detail}"
 
     def as_record(self) -> dict[str, Any]:
@@ -177,6 +220,7 @@ class Inventory:
     box: str  # the endpoint label, user@host:port
     root: str
     entries: tuple[Entry, ...] = ()
+    areas: tuple[str, ...] = ()  # the areas that exist under the root
 
     def by_run(self) -> dict[str, list[Entry]]:
         found: dict[str, list[Entry]] = {}
@@ -196,8 +240,8 @@ class Approval:
 
 
 def shown(key: str) -> str:
-    """A run as a message shows it: a safe id as is, anything else escaped."""
-    return key if is_safe_id(key) else repr(key)
+    """A run as a message shows it: a safe id (or ``hardware/<safe id>``) as is, anything else escaped."""
+    return key if is_safe_id(key.removeprefix("hardware/")) else repr(key)
 
 
 def parse_inventory(text: str, box: str, root: str) -> Inventory:
@@ -211,30 +255,68 @@ def parse_inventory(text: str, box: str, root: str) -> Inventory:
             f"down refused: {root} does not exist on {box}; nothing proves the remote root is right "
             f"(check --remote-root); {NOTHING_STOPPED}"
         )
+    if "hasher=missing" in lines:
+        raise Refused(
+            f"{cannot} (it has no sha256sum to hash its capsules with, so what it holds cannot be compared "
+            f"with the receipts); {NOTHING_STOPPED}"
+        )
     entries: list[Entry] = []
+    areas: list[str] = []
     for line in lines:
         words = line.split(" ")
         if words[0] == "area" and len(words) == 3 and words[2] == "unreadable":
             raise Refused(f"{cannot} ({root}/{words[1]} cannot be listed); {NOTHING_STOPPED}")
-        if words[0] == "unlisted" and len(words) == 2:
+        if words[0] == "area" and len(words) == 3 and words[2] == "present" and words[1] in AREAS:
+            areas.append(words[1])
+        elif words[0] == "unlisted" and len(words) == 2:
             raise Refused(
                 f"{cannot} (active/{shown(_decoded(words[1], cannot))} cannot be listed: whether training "
                 f"resumed there is not known); {NOTHING_STOPPED}"
             )
-        if words[0] == "resumed":
-            live = entries[-1] if entries else None
-            if len(words) != 2 or live is None or live.area != "active" or _encoded(live.name) != words[1]:
+        elif words[0] in ("file", "odd", "unhashed"):
+            entries[-1] = _with_content(entries[-1] if entries else None, words, line, cannot)
+        elif words[0] == "entry":
+            if len(words) != 4 or words[1] not in AREAS:
                 raise Refused(f"{cannot} (an unexpected listing line {line[:80]!r}); {NOTHING_STOPPED}")
-            entries[-1] = replace(live, resumed=True)
-            continue
-        if words[0] != "entry":
-            continue
-        if len(words) != 4 or words[1] not in AREAS:
-            raise Refused(f"{cannot} (an unexpected listing line {line[:80]!r}); {NOTHING_STOPPED}")
-        name = _decoded(words[3], cannot)
-        if words[2] not in HOUSEKEEPING.get((words[1], name), ()):
-            entries.append(Entry(words[1], name, words[2]))
-    return Inventory(box, root, tuple(entries))
+            name = _decoded(words[3], cannot)
+            if words[2] not in HOUSEKEEPING.get((words[1], name), ()):
+                entries.append(Entry(words[1], name, words[2]))
+    return Inventory(box, root, tuple(mark_resumed(entries)), tuple(areas))
+
+
+def _with_content(entry: Entry | None, words: list[str], line: str, cannot: str) -> Entry:
+    """``entry`` with one more line of what the box hashed under it, which must name exactly that entry."""
+    shapes = {"file": 6, "odd": 4, "unhashed": 3}
+    if entry is None or len(words) != shapes[words[0]] or words[1:3] != [entry.area, _encoded(entry.name)]:
+        raise Refused(f"{cannot} (an unexpected listing line {line[:80]!r}); {NOTHING_STOPPED}")
+    where = f"{entry.area}/{shown(entry.name)}"
+    if words[0] == "unhashed":
+        raise Refused(f"{cannot} ({where} holds a file or folder it cannot read); {NOTHING_STOPPED}")
+    path = _decoded(words[3], cannot)
+    if words[0] == "odd":
+        return replace(entry, odd=(*entry.odd, path))
+    if not words[4].isdigit() or not re.fullmatch(r"[0-9a-f]{64}", words[5]):
+        raise Refused(f"{cannot} (an unexpected listing line {line[:80]!r}); {NOTHING_STOPPED}")
+    return replace(entry, files=(*entry.files, (path, int(words[4]), words[5])))
+
+
+def mark_resumed(entries: list[Entry]) -> list[Entry]:
+    """Mark each live run whose folder holds bytes close seals that its sealed capsule on the box does not.
+
+    Compared by content, not by clock: a copy across filesystems leaves active/ holding the same bytes as
+    export/ (not resumed), while files restored with old times, or written under a clock set back, are
+    still new bytes. A live run with no sealed capsule on the box holds nothing a receipt could cover.
+    """
+    sealed = {
+        entry.name: set(entry.files) for entry in entries if entry.area == "export" and entry.kind == "dir"
+    }
+    marked = []
+    for entry in entries:
+        if entry.area == "active" and (entry.files or entry.odd):
+            held = sealed.get(entry.name)
+            entry = replace(entry, resumed=held is None or bool(entry.odd) or not set(entry.files) <= held)
+        marked.append(entry)
+    return marked
 
 
 def _decoded(hexed: str, cannot: str) -> str:
@@ -259,7 +341,7 @@ def take_inventory(box: Box) -> Inventory:
     label, root = box.endpoint.label, str(box.root)
     try:
         with Remote(box.endpoint) as remote:
-            answer = remote.run(inventory_command(box), timeout=120)
+            answer = remote.run(inventory_command(box), timeout=INVENTORY_TIMEOUT_S)
     except Refusal as exc:  # a TransportError, or a named passphrase variable that is not set
         reason = str(exc).removesuffix(f"; {UNKNOWN_STATE}")
         raise Refused(
@@ -277,6 +359,12 @@ def coverage(root: Path, named: Sequence[str], inventory: Inventory, abandon: It
     """Step 1: every run on the box or named has a current receipt, or is explicitly abandoned."""
     found = inventory.by_run()
     abandoned = list(dict.fromkeys(abandon))
+    if not inventory.areas:
+        raise Refused(
+            f"down refused: the box {inventory.box} holds none of {', '.join(f'{area}/' for area in AREAS)} "
+            f"under {inventory.root}: nothing proves the remote root is the project's (check --remote-root); "
+            f"{NOTHING_STOPPED}"
+        )
     if not named and not found:
         raise Refused(
             f"down refused: the box {inventory.box} holds no run under {inventory.root} (active/, export/, "
@@ -299,12 +387,21 @@ def coverage(root: Path, named: Sequence[str], inventory: Inventory, abandon: It
     uncovered: list[str] = []
     for key in wanted:
         places = "; ".join(entry.where for entry in found[key]) if key in found else "named, not on the box"
-        if not is_safe_id(key):
+        if any(entry.hardware for entry in found.get(key, ())):
+            why = (
+                "a hardware capsule, which no pull manifest lists (runaudit manifest leaves hardware/ out), "
+                "so no receipt covers it; copy it home yourself, then abandon it by this exact name"
+            )
+        elif not is_safe_id(key):
             why = "not a safe run id, so no receipt can cover it; abandon it by this exact name"
         elif status is not None and (problems := status.runs[key].problems):
             why = "; ".join(line.removeprefix(f"run {key}: ") for line in problems)
         elif any(entry.newer_than_a_receipt for entry in found.get(key, ())):
-            why = "the box holds bytes of it newer than its receipt, which covers only the bytes it verified"
+            why = "the box holds bytes of it that its receipt, which covers only the bytes it verified, does not"
+        elif status is not None and (
+            differences := _unlike_the_receipt(found.get(key, ()), status.runs[key])
+        ):
+            why = differences
         else:
             continue
         uncovered.append(f"{shown(key)} ({places}): {why}")
@@ -316,6 +413,41 @@ def coverage(root: Path, named: Sequence[str], inventory: Inventory, abandon: It
         )
     receipts = status.runs if status is not None else {}
     return Approval(inventory, list(named), dict(receipts), abandoned)
+
+
+def _unlike_the_receipt(entries: Iterable[Entry], receipt: RunReceipt) -> str | None:
+    """Why a capsule folder of the run on the box is not, file for file, the one the receipt verified.
+
+    The receipt covers the bytes pulled, not a folder of the same name: a run minted again under the same
+    id, or a capsule edited on the box after the pull, holds bytes that are nowhere else.
+    """
+    wanted = {str(item["path"]).split("/", 1)[1]: (item["bytes"], item["sha256"]) for item in receipt.entries}
+    for entry in entries:
+        if entry.area not in CAPSULE_AREAS:
+            continue
+        held = {path: (size, digest) for path, size, digest in entry.files}
+        differences = [
+            *(f"{_escaped(path)} is not a regular file" for path in entry.odd),
+            *(
+                f"{_escaped(path)} differs"
+                for path in sorted(held.keys() & wanted.keys())
+                if held[path] != wanted[path]
+            ),
+            *(f"{_escaped(path)} is not in the pull" for path in sorted(held.keys() - wanted.keys())),
+            *(f"{_escaped(path)} is missing" for path in sorted(wanted.keys() - held.keys())),
+        ]
+        if differences:
+            more = f" and {len(differences) - 3} more" if len(differences) > 3 else ""
+            return (
+                f"the box's {entry.area}/{entry.name} is not the capsule pull {receipt.pull_id} verified "
+                f"({', '.join(differences[:3])}{more}): pull it again under a new pull id, or abandon it"
+            )
+    return None
+
+
+def _escaped(path: str) -> str:
+    """A path from the box as a message shows it: escaped unless it is plain printable ASCII."""
+    return path if path.isascii() and path.isprintable() else repr(path)
 
 
 def plan_lines(profile: Profile, target: str, today: dt.date) -> list[str]:
@@ -467,6 +599,10 @@ def _main(args: argparse.Namespace) -> int:
     box = box_from_args(args)
     assert box.profile is not None  # --profile is required
     say = functools.partial(print, file=sys.stderr)
+    if sys.stderr.isatty():  # a refusal stays one line in a log; a person watching learns what takes long
+        say(
+            f"down: listing {box.root} on {box.endpoint.label}, hashing its capsules to compare with the receipts"
+        )
     inventory = take_inventory(box)
     approval = gate(
         args.root,

@@ -19,12 +19,21 @@ import pytest
 from runaudit import receipts
 from runaudit.cli import main
 from runaudit.examples.digits.build import DEMO_RUN_ID
-from runaudit.manifest import RECEIPT
+from runaudit.manifest import RECEIPT, locate
 from runaudit.platforms import builtin_dir, load_profile
 from runaudit.receipts import receipt_status, snapshot
 from runaudit.runners import down as down_module
 from runaudit.runners.box import Box
-from runaudit.runners.down import Entry, Inventory, Refused, gate, parse_inventory, record_path
+from runaudit.runners.down import (
+    AREAS,
+    Entry,
+    Inventory,
+    Refused,
+    gate,
+    mark_resumed,
+    parse_inventory,
+    record_path,
+)
 
 RUNPOD_TERMINATE = 'how = "console or `runpodctl remove pod <id>`"\n'
 BOX_ARGS = ["--host", "box.invalid", "--remote-root", "/srv/project", "--known-hosts", "/nonexistent"]
@@ -42,21 +51,45 @@ def profile_with(tmp_path: Path, *, command: list[str] | None = None, verified: 
     return path
 
 
-def inventory(*entries: tuple[str, str]) -> Inventory:
-    """A box listing: (area, name) pairs, every one a folder."""
-    return Inventory(
-        "me@box.invalid:22", "/srv/project", tuple(Entry(area, name, "dir") for area, name in entries)
-    )
+Files = tuple[tuple[str, int, str], ...]
+
+
+def as_pulled(project: Path, run_id: str) -> Files:
+    """What the producer's box holds in ``export/<run_id>``: the files its pull manifest lists, as the
+    box's listing gives them (path below the capsule, size, SHA-256); nothing for a run no pull names."""
+    manifest = locate(project, run_id)
+    entries = manifest.entries_of(run_id) if manifest is not None else []
+    return tuple((item["path"].split("/", 1)[1], item["bytes"], item["sha256"]) for item in entries)
+
+
+def inventory(
+    project: Path,
+    *entries: tuple[str, str],
+    holding: dict[tuple[str, str], Files] | None = None,
+    areas: tuple[str, ...] = tuple(AREAS),
+) -> Inventory:
+    """A box listing: (area, name) pairs, every one a folder, under a root holding ``areas``. A sealed
+    capsule holds what its pull listed; ``holding`` gives any folder other files."""
+    found = [
+        Entry(
+            area,
+            name,
+            "dir",
+            files=(holding or {}).get((area, name), as_pulled(project, name) if area == "export" else ()),
+        )
+        for area, name in entries
+    ]
+    return Inventory("me@box.invalid:22", "/srv/project", tuple(mark_resumed(found)), areas)
 
 
 @pytest.fixture
-def box_holds(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[tuple[str, str]]]:
+def box_holds(monkeypatch: pytest.MonkeyPatch, project: Path) -> Iterator[list[tuple[str, str]]]:
     """What the (stand-in) box lists for ``down``; by default the sealed demo capsule, as its producer left it."""
     listing = [("export", DEMO_RUN_ID)]
 
     def take(box: Box) -> Inventory:
         assert str(box.root) == "/srv/project" and box.endpoint.host == "box.invalid"
-        return inventory(*listing)
+        return inventory(project, *listing)
 
     monkeypatch.setattr(down_module, "take_inventory", take)
     yield listing
@@ -238,7 +271,7 @@ def approve(
 
 
 def test_a_live_unpulled_run_on_the_box_blocks_until_abandoned(project: Path) -> None:
-    listing = inventory(("export", DEMO_RUN_ID), ("active", "d4"))
+    listing = inventory(project, ("export", DEMO_RUN_ID), ("active", "d4"))
     with pytest.raises(
         Refused, match=r"d4 \(active/, live\): no pull manifest names it.*nothing was stopped"
     ):
@@ -253,34 +286,107 @@ def test_a_receipted_run_the_box_holds_newer_bytes_of_blocks_until_pulled_again_
     project: Path,
 ) -> None:
     """A receipt covers the bytes it verified: a run being closed again, or resumed after its pull, is not home."""
-    closing = inventory(("export", DEMO_RUN_ID), ("export/.partial", DEMO_RUN_ID))
+    closing = inventory(project, ("export", DEMO_RUN_ID), ("export/.partial", DEMO_RUN_ID))
     with pytest.raises(
         Refused,
         match=rf"{DEMO_RUN_ID} \(export/, sealed; export/.partial/, closing, interrupted\): the box holds",
     ):
         approve(project, closing)
-    resumed = Inventory(
+    sealed = as_pulled(project, DEMO_RUN_ID)
+    best = next(item for item in sealed if item[0] == "best.pth")
+    for workspace in (
+        (("last.pth", 16, "0" * 64),),  # training went on: a checkpoint the capsule does not hold
+        (best[:2] + ("f" * 64,),),  # a checkpoint by a sealed name, with other bytes (whatever its time)
+    ):
+        resumed = inventory(
+            project,
+            ("export", DEMO_RUN_ID),
+            ("active", DEMO_RUN_ID),
+            holding={("active", DEMO_RUN_ID): workspace},
+        )
+        with pytest.raises(
+            Refused, match=r"active/, live, holding files close seals that its sealed capsule does not hold"
+        ):
+            approve(project, resumed, roster=(DEMO_RUN_ID,))
+        assert approve(project, resumed, abandon=(DEMO_RUN_ID,)).abandoned == [DEMO_RUN_ID]
+    # After a close, its workspace stays, without the sealed names, or with copies of them (export/ on
+    # another filesystem): the receipt covers the run.
+    for workspace in ((), (best,)):
+        closed = inventory(
+            project,
+            ("export", DEMO_RUN_ID),
+            ("active", DEMO_RUN_ID),
+            holding={("active", DEMO_RUN_ID): workspace},
+        )
+        assert list(approve(project, closed).receipts) == [DEMO_RUN_ID]
+
+
+def test_a_receipt_covers_the_box_s_capsule_only_while_it_holds_the_bytes_that_were_pulled(
+    project: Path,
+) -> None:
+    """The box's export/<id> (or runs/<id>) must be, file for file, what the receipt verified: a run minted
+    again under the same id, or a capsule edited on the box after the pull, is bytes that are nowhere else
+    (each case was approved before)."""
+    pulled = as_pulled(project, DEMO_RUN_ID)
+    best = next(item for item in pulled if item[0] == "best.pth")
+    others = tuple(item for item in pulled if item is not best)
+    for area in ("export", "runs"):
+        same = inventory(project, (area, DEMO_RUN_ID), holding={(area, DEMO_RUN_ID): pulled})
+        assert list(approve(project, same).receipts) == [DEMO_RUN_ID]
+        for held, why in (
+            ((*others, (best[0], best[1], "e" * 64)), "best.pth differs"),  # same size, other bytes
+            (
+                (*pulled, ("test/new_eval/preds.csv", 9, "e" * 64)),
+                "test/new_eval/preds.csv is not in the pull",
+            ),
+            (others, "best.pth is missing"),
+        ):
+            changed = inventory(project, (area, DEMO_RUN_ID), holding={(area, DEMO_RUN_ID): held})
+            with pytest.raises(Refused) as refused:
+                approve(project, changed)
+            assert (
+                f"the box's {area}/{DEMO_RUN_ID} is not the capsule pull {DEMO_RUN_ID} verified ({why}"
+                in str(refused.value)
+            )
+            assert approve(project, changed, abandon=(DEMO_RUN_ID,)).abandoned == [DEMO_RUN_ID]
+    linked = Inventory(
         "me@box.invalid:22",
         "/srv/project",
-        (Entry("export", DEMO_RUN_ID, "dir"), Entry("active", DEMO_RUN_ID, "dir", resumed=True)),
+        (Entry("export", DEMO_RUN_ID, "dir", files=pulled, odd=("test",)),),
+        tuple(AREAS),
     )
-    with pytest.raises(Refused, match=r"active/, live, holding files close seals.*newer than its receipt"):
-        approve(project, resumed, roster=(DEMO_RUN_ID,))
-    assert approve(project, resumed, abandon=(DEMO_RUN_ID,)).abandoned == [DEMO_RUN_ID]
-    # After a close, its workspace stays, without the sealed names: the receipt covers the run.
-    closed = inventory(("export", DEMO_RUN_ID), ("active", DEMO_RUN_ID))
-    assert list(approve(project, closed).receipts) == [DEMO_RUN_ID]
+    with pytest.raises(Refused, match=r"\(test is not a regular file\)"):
+        approve(project, linked)
+
+
+def test_a_hardware_capsule_is_never_covered_by_a_receipt_of_the_same_name(project: Path) -> None:
+    """No pull manifest lists export/hardware or runs/hardware, so no receipt covers what they hold: a
+    hardware capsule named like a receipted run was approved on that run's receipt."""
+    for area in ("export/hardware", "runs/hardware"):
+        listing = inventory(project, ("export", DEMO_RUN_ID), (area, DEMO_RUN_ID))
+        with pytest.raises(Refused) as refused:
+            approve(project, listing)
+        assert f"hardware/{DEMO_RUN_ID} ({area}/, " in str(refused.value)
+        assert "a hardware capsule, which no pull manifest lists" in str(refused.value)
+        with pytest.raises(Refused, match=f"hardware/{DEMO_RUN_ID} \\("):
+            approve(project, listing, abandon=(DEMO_RUN_ID,))  # the run, not the hardware capsule
+        approval = approve(project, listing, abandon=(f"hardware/{DEMO_RUN_ID}",))
+        assert list(approval.receipts) == [DEMO_RUN_ID] and approval.abandoned == [f"hardware/{DEMO_RUN_ID}"]
 
 
 def test_an_empty_inventory_with_no_run_named_proves_nothing(project: Path) -> None:
     with pytest.raises(Refused, match=r"holds no run under /srv/project.*check --remote-root"):
-        approve(project, inventory())
+        approve(project, inventory(project))
     # A run named explicitly still rests on its own receipt.
-    assert list(approve(project, inventory(), roster=(DEMO_RUN_ID,)).receipts) == [DEMO_RUN_ID]
+    assert list(approve(project, inventory(project), roster=(DEMO_RUN_ID,)).receipts) == [DEMO_RUN_ID]
+    # Unless the remote root holds none of the project's areas: a wrong --remote-root (the attack named the
+    # run, pointed down at the folder above the project, and was approved while active/ held a live run).
+    with pytest.raises(Refused, match=r"holds none of active/, export/.*check --remote-root"):
+        approve(project, inventory(project, areas=()), roster=(DEMO_RUN_ID,))
 
 
 def test_abandon_must_name_something_on_the_box_and_not_a_run_claimed_home(project: Path) -> None:
-    listing = inventory(("export", DEMO_RUN_ID), ("active", "d4"))
+    listing = inventory(project, ("export", DEMO_RUN_ID), ("active", "d4"))
     with pytest.raises(Refused, match=r"--abandon d5 names nothing on me@box.invalid:22"):
         approve(project, listing, abandon=("d4", "d5"))
     with pytest.raises(Refused, match=rf"{DEMO_RUN_ID} is both named as proven home and abandoned"):
@@ -302,7 +408,7 @@ def test_quarantined_attempts_map_back_to_their_run(project: Path) -> None:
 
 
 def test_an_unsafe_name_is_escaped_and_needs_its_exact_abandon(project: Path) -> None:
-    listing = inventory(("export", DEMO_RUN_ID), ("active", "..x"), ("export", "two\nlines"))
+    listing = inventory(project, ("export", DEMO_RUN_ID), ("active", "..x"), ("export", "two\nlines"))
     with pytest.raises(Refused) as refused:
         approve(project, listing)
     message = str(refused.value)
@@ -346,13 +452,19 @@ def test_the_listing_is_decoded_strictly() -> None:
     def hexed(name: str) -> str:
         return name.encode("utf-8", "surrogateescape").hex()
 
+    digest, two_lines = "ab" * 32, "test/main/a\nb"
     answer = "\n".join(
         [
             "root=present",
             "area active present",
             f"entry active dir {hexed('d4')}",
-            f"resumed {hexed('d4')}",
+            f"file active {hexed('d4')} {hexed('last.pth')} 16 {digest}",  # no sealed capsule of d4: resumed
             f"entry active dir {hexed('d5')}",
+            f"file active {hexed('d5')} {hexed('best.pth')} 16 {digest}",  # a copy of the sealed one: not
+            f"entry export dir {hexed('d5')}",
+            f"file export {hexed('d5')} {hexed('best.pth')} 16 {digest}",
+            f"file export {hexed('d5')} {hexed(two_lines)} 3 {digest}",
+            f"odd export {hexed('d5')} {hexed('link')}",
             f"entry export dir {hexed('.partial')}",  # the harness's own folders and lock are not runs
             f"entry export dir {hexed('hardware')}",
             f"entry export file {hexed('.close.lock')}",
@@ -366,12 +478,15 @@ def test_the_listing_is_decoded_strictly() -> None:
     assert [(entry.area, entry.key, entry.run_id, entry.resumed) for entry in found.entries] == [
         ("active", "d4", "d4", True),
         ("active", "d5", "d5", False),
+        ("export", "d5", "d5", False),
         ("export/.partial", "d6", "d6", False),
-        ("export/hardware", "h1", "h1", False),
+        ("export/hardware", "hardware/h1", None, False),  # no receipt covers a hardware capsule
         ("quarantine", "odd\udcff", None, False),
     ]
-    assert found.entries[2].where == "export/.partial/, closing, interrupted"
-    # "resumed" belongs to the live run listed just before it, by the same name, and to nothing else.
+    assert found.entries[2].files == (("best.pth", 16, digest), (two_lines, 3, digest))
+    assert found.entries[2].odd == ("link",) and found.areas == ("active",)
+    assert found.entries[3].where == "export/.partial/, closing, interrupted"
+    # What the box hashed belongs to the folder listed just before it, by the same area and name.
     with pytest.raises(
         Refused, match=r"active/d5 cannot be listed: whether training resumed there is not known"
     ):
@@ -385,10 +500,22 @@ def test_the_listing_is_decoded_strictly() -> None:
         "/r",
     ).entries
     assert odd.run_id is None
-    for stray in (f"resumed {hexed('d5')}", f"resumed {hexed('d4')} x", f"resumed {hexed('d6')}"):
+    for stray in (
+        f"file quarantine {hexed('d4')} {hexed('x')} 1 {digest}",
+        f"file active {hexed('d4')} {hexed('x')} 1 {digest}",  # d4 is not the entry listed last
+        f"file quarantine {hexed('odd' + chr(0xDCFF))} {hexed('x')} -1 {digest}",
+        f"file quarantine {hexed('odd' + chr(0xDCFF))} {hexed('x')} 1 {digest[:-1]}",
+        f"odd quarantine {hexed('odd' + chr(0xDCFF))}",
+    ):
         lines = answer.replace("inventory=complete", f"{stray}\ninventory=complete")
         with pytest.raises(Refused, match="unexpected listing line"):
-            parse_inventory(lines.replace(f"resumed {hexed('d4')}\n", ""), "me@box:22", "/r")
+            parse_inventory(lines, "me@box:22", "/r")
+    with pytest.raises(Refused, match=r"export/d5 holds a file or folder it cannot read"):
+        parse_inventory(
+            answer.replace("odd export", "unhashed export").replace(f" {hexed('link')}", ""), "b", "/r"
+        )
+    with pytest.raises(Refused, match=r"no sha256sum"):
+        parse_inventory("root=present\nhasher=missing\ninventory=complete\n", "me@box:22", "/r")
     with pytest.raises(Refused, match="cut short"):
         parse_inventory(answer.replace("inventory=complete", ""), "me@box:22", "/r")
     with pytest.raises(Refused, match=r"/r does not exist on me@box:22.*check --remote-root"):

@@ -121,7 +121,8 @@ def test_a_run_resumed_or_closed_again_after_its_pull_blocks_until_pulled_again(
     assert down(sshbox, pulled, box, "--run", DEMO_RUN_ID) == 2
     err = refused(capsys)
     assert (
-        f"{DEMO_RUN_ID} (active/, live, holding files close seals" in err and "newer than its receipt" in err
+        f"{DEMO_RUN_ID} (active/, live, holding files close seals that its sealed capsule does not hold"
+        in err
     )
     (workspace / "last.pth").unlink()
     # New test results or tracker logs are bytes close seals too.
@@ -138,11 +139,72 @@ def test_a_run_resumed_or_closed_again_after_its_pull_blocks_until_pulled_again(
         os.utime(workspace / name, ns=(capsule.joinpath("run.json").stat().st_mtime_ns - 10**9,) * 2)
     assert down(sshbox, pulled, box, "--run", DEMO_RUN_ID) == 0
     capsys.readouterr()
+    # Compared by bytes, not by clock: a checkpoint written under a clock set back, or restored with its old
+    # times (cp -p, rsync -a), is still new bytes (approved before, when only times were compared).
+    best = workspace / "best.pth"
+    before = best.stat()
+    best.write_bytes(best.read_bytes()[::-1])
+    os.utime(best, ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert down(sshbox, pulled, box, "--run", DEMO_RUN_ID) == 2
+    assert "holding files close seals that its sealed capsule does not hold" in refused(capsys)
     for name in ("config.yaml", "train.csv", "best.pth"):
         (workspace / name).unlink()
     (box / "export" / ".partial" / DEMO_RUN_ID).mkdir(parents=True)
     assert down(sshbox, pulled, box) == 2
     assert "export/.partial/, closing, interrupted" in refused(capsys)
+
+
+def test_the_box_must_still_hold_the_bytes_that_were_pulled_and_nothing_else(
+    sshbox: SshBox, pulled: Pulled, box: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The receipt covers the bytes pulled, not whatever the box now holds under the same name: a capsule
+    edited on the box after the pull (or a run minted again under the same id), a hardware capsule named
+    like a receipted run, and capsules in the box's runs/ were each approved before."""
+    capsule = box / "export" / DEMO_RUN_ID
+    best = capsule / "best.pth"
+    original, before = best.read_bytes(), best.stat()
+    best.write_bytes(original[:-1] + bytes([original[-1] ^ 0xFF]))  # same size, older time, other bytes
+    os.utime(best, ns=(before.st_atime_ns, before.st_mtime_ns - 10**12))
+    assert down(sshbox, pulled, box) == 2
+    assert (
+        f"the box's export/{DEMO_RUN_ID} is not the capsule pull p1 verified (best.pth differs)"
+        in refused(capsys)
+    )
+    best.write_bytes(original)
+    extra = capsule / "test" / "new_eval" / "preds.csv"
+    extra.parent.mkdir(parents=True)
+    extra.write_text("id,pred\n")
+    assert down(sshbox, pulled, box) == 2
+    assert "(test/new_eval/preds.csv is not in the pull)" in refused(capsys)
+    shutil.rmtree(extra.parent)
+    assert down(sshbox, pulled, box) == 0  # the pulled bytes again: approved
+    capsys.readouterr()
+
+    hardware = box / "export" / "hardware" / DEMO_RUN_ID
+    hardware.mkdir(parents=True)
+    (hardware / "run.json").write_text("{}")
+    assert down(sshbox, pulled, box) == 2
+    assert f"hardware/{DEMO_RUN_ID} (export/hardware/, sealed): a hardware capsule" in refused(capsys)
+    assert down(sshbox, pulled, box, "--abandon", f"hardware/{DEMO_RUN_ID}") == 0
+    capsys.readouterr()
+    shutil.rmtree(hardware.parent)
+
+    accepted = box / "runs" / "only-copy"
+    accepted.mkdir(parents=True)
+    (accepted / "run.json").write_text("{}")
+    assert down(sshbox, pulled, box) == 2
+    assert "only-copy (runs/, accepted): no pull manifest names it" in refused(capsys)
+
+
+def test_a_remote_root_holding_none_of_the_projects_folders_is_refused_even_for_a_named_run(
+    sshbox: SshBox, pulled: Pulled, box: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The folder above the project holds no run, so every run named looked "not on the box": approved."""
+    live = box / "active" / "unpulled-run"
+    live.mkdir(parents=True)
+    (live / "train.csv").write_text("epoch,step,train_loss\n")
+    assert down(sshbox, pulled, box.parent, "--run", DEMO_RUN_ID) == 2
+    assert "holds none of active/, export/" in refused(capsys)
 
 
 def test_a_quarantined_run_blocks_the_same_way(
@@ -183,6 +245,9 @@ def test_a_box_that_cannot_be_listed_is_never_approved(
     assert down(sshbox, pulled, box, "--run", DEMO_RUN_ID) == 2
     assert f"{box} does not exist on" in refused(capsys)
     box.mkdir()
+    assert down(sshbox, pulled, box) == 2
+    assert "holds none of active/, export/" in (err := refused(capsys)) and "check --remote-root" in err
+    (box / "active").mkdir()
     assert down(sshbox, pulled, box) == 2
     assert "holds no run under" in (err := refused(capsys)) and "check --remote-root" in err
     assert sorted(teardowns.glob("*.json")) == approved_before
