@@ -94,7 +94,7 @@ class VerdictReport:
         self.written: list[Path] = []
         self.teardown: dict[str, str] | None = None
         self.predraw: subprocess.Popen[bytes] | None = None
-        self.page_problem: str | None = None
+        self.report_problem: str | None = None
         self.on_sigterm: Any = None  # SIGTERM's handler before the session, while ours is installed
 
     @property
@@ -175,9 +175,19 @@ class VerdictReport:
             and exitstatus == pytest.ExitCode.OK
         ):
             session.exitstatus = pytest.ExitCode.TESTS_FAILED  # a subset of the gate must not read as a pass
-        self.written = [write_json_atomic(folder / f"{stem}.json", doc)]
-        if self.writes_page:
-            self.written.append(write_bytes_atomic(folder / f"{stem}.html", self._page(doc)))
+        try:
+            self.written = [write_json_atomic(folder / f"{stem}.json", doc)]
+            if self.writes_page:
+                self.written.append(write_bytes_atomic(folder / f"{stem}.html", self._page(doc)))
+        except OSError as exc:  # the folder is a file, the report's name a folder, the disk full or read-only
+            where = printable(
+                str(exc.filename2 or exc.filename or folder)
+            )  # a rename names its target second
+            self.report_problem = (
+                f"the report could not be written: {where}: {exc.strerror or exc}; free that path, or pass "
+                f"--report-dir (every verdict was reached: see the lines above)"
+            )
+            session.exitstatus = pytest.ExitCode.USAGE_ERROR
 
     def _page(self, doc: dict[str, Any]) -> bytes:
         """The run's page; if drawing it fails, a plain page that says why and points at the JSON twin.
@@ -192,8 +202,8 @@ class VerdictReport:
             return html.render_run(doc).encode("utf-8")
         except Exception as exc:  # any failure here must still leave a page behind
             why = printable(f"{type(exc).__name__}: {exc}".splitlines()[0])
-            self.page_problem = f"the page could not be drawn ({why}); every verdict is in the JSON report"
-            return html.render_fallback(doc, self.page_problem).encode("utf-8")
+            self.report_problem = f"the page could not be drawn ({why}); every verdict is in the JSON report"
+            return html.render_fallback(doc, self.report_problem).encode("utf-8")
 
     @pytest.hookimpl
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
@@ -222,7 +232,7 @@ class VerdictReport:
             terminalreporter.write_line(
                 f"runaudit: safe to tear down? NO, {self.teardown['reason']}", red=True
             )
-        if self.page_problem is not None:
-            terminalreporter.write_line(f"runaudit: {self.page_problem}", red=True)
+        if self.report_problem is not None:
+            terminalreporter.write_line(f"runaudit: {self.report_problem}", red=True)
         for path in self.written:
             terminalreporter.write_line(f"runaudit: wrote {path}")

@@ -506,8 +506,10 @@ class Vocabulary:
         if kind not in self._patterns:
             names = sorted(getattr(self, kind), key=len, reverse=True)
             alternatives = "|".join(_spelled(name) for name in names) or r"(?!x)x"
+            # Case is ignored in ASCII only: Unicode folding matched a dotless ı or a dotted İ to "i", a name
+            # no declared one casefolds to (a KeyError stopped the whole session at collection).
             self._patterns[kind] = re.compile(
-                rf"(?<![A-Za-z0-9-])({alternatives})(?![A-Za-z0-9-])", re.IGNORECASE
+                rf"(?<![A-Za-z0-9-])({alternatives})(?![A-Za-z0-9-])", re.IGNORECASE | re.ASCII
             )
         return self._patterns[kind]
 

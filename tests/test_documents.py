@@ -1381,3 +1381,14 @@ def test_colour_reaches_are_checked_in_linear_time() -> None:
         with contextlib.suppress(DocumentError):
             statements(document, "latex", WORDS, "p.tex")
         assert time.thread_time() - started < 2, document[:20]
+
+
+def test_a_name_spelled_with_a_dotless_or_dotted_i_is_no_mention_and_stops_nothing() -> None:
+    """Unicode case folding matched "noıse" (U+0131) and "NOİSE" (U+0130) to the condition noise, a name no
+    declared one casefolds to: a KeyError in the reader stopped every audit of the session at collection."""
+    for spelled in ("no\u0131se", "NO\u0130SE", "\u0130"):
+        found = statements(f"On {spelled} the accuracy is 97.05 %.", "markdown", WORDS, "p.md")
+        assert [(number.printed.text, number.condition) for number in found] == [("97.05 %", None)]
+    # The names themselves are still matched in any ASCII case.
+    [found] = statements("On NOISE the accuracy is 97.05 %.", "markdown", WORDS, "p.md")
+    assert found.condition == "noise"

@@ -6,6 +6,7 @@ import copy
 import json
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -145,3 +146,20 @@ def test_html_escapes_every_value_and_stays_self_contained(run_audits, demo_proj
     targets = re.findall(r"<[^>]*\s(?:src|href)=\"([^\"]*)\"", page)
     assert all(target.startswith(("data:image/png;base64,", "#")) for target in targets), targets
     assert "default-src 'none'" in page
+
+
+@pytest.mark.parametrize("suffix", [".json", ".html"])
+def test_a_report_location_that_cannot_be_written_is_one_line_and_a_usage_error(
+    run_audits: Any, capsule_dir: Path, project: Path, pytester: pytest.Pytester, suffix: str
+) -> None:
+    """The report's name taken by a folder: the write raised out of ``pytest_sessionfinish`` as a Python
+    traceback and nothing said where or why. (A reports folder that is a file is refused where the option
+    is parsed.)"""
+    blocked = pytester.path / "reports" / f"{DEMO_RUN_ID}{suffix}"
+    blocked.mkdir(parents=True)
+    outcome = run_audits(capsule_dir, project, *GATE)
+    assert outcome.result.ret == pytest.ExitCode.USAGE_ERROR
+    output = outcome.result.stdout.str() + outcome.result.stderr.str()
+    assert "Traceback" not in output and "INTERNALERROR" not in output
+    [line] = [line for line in output.splitlines() if "the report could not be written" in line]
+    assert line.startswith(f"runaudit: the report could not be written: {blocked}: ")
