@@ -365,3 +365,68 @@ def test_a_json_document_with_a_duplicate_key_is_refused_by_its_owner(
     assert failed[0]["message"].startswith(f"run {DEMO_RUN_ID}: ") and "duplicate key" in failed[0]["message"]
     later = _one(outcome.report, *dependent)
     assert later["verdict"] == "not_run", later
+
+
+def test_a_parquet_footer_that_aborts_pyarrow_s_metadata_is_an_unreadable_table(tmp_path: Path) -> None:
+    """A one-byte change to a results table's footer killed the session with SIGABRT (no verdict, no
+    report): the memory bound walked pyarrow's per-chunk metadata objects, whose constructor aborts on it.
+    Run in a child process, so that the old behaviour fails this test instead of killing the suite."""
+    recorded = Path(__file__).parent / "recorded" / "parquet" / "footer-aborts-pyarrow.parquet"
+    probe = (
+        "import sys\n"
+        "from runaudit.reader import Unavailable, read_bounded_table, read_footer\n"
+        "opened = lambda: open(sys.argv[1], 'rb')\n"
+        "try:\n"
+        "    footer = read_footer(opened, 'results.parquet', 'capsule.results_table')\n"
+        "    read_bounded_table(opened, 'results.parquet', 'capsule.results_table', footer, footer.schema.names)\n"
+        "except Unavailable as exc:\n"
+        "    print('UNAVAILABLE', exc)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe, str(recorded)], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert done.returncode == 0, done.stderr[-2000:]  # -6 (SIGABRT) before
+    assert done.stdout.startswith("UNAVAILABLE results.parquet is not a readable parquet table")
+
+
+def test_the_footer_reader_agrees_with_pyarrow_and_refuses_what_it_cannot_follow(tmp_path: Path) -> None:
+    """The column chunks read from the footer's Thrift bytes are pyarrow's own, for flat, list and string
+    columns over many row groups; a cut, unframed, oversized or endlessly nested footer is a FooterError."""
+    import io
+
+    from runaudit.parquet_footer import FooterError, column_chunks
+
+    table = pa.table(
+        {
+            "sample_id": [f"s{index}" for index in range(50)],
+            "valid": [index % 3 > 0 for index in range(50)],
+            "m.accuracy": np.linspace(0, 1, 50),
+            "output": pa.array([[float(index)] * (index % 4) for index in range(50)], pa.list_(pa.float32())),
+        }
+    )
+    path = tmp_path / "t.parquet"
+    pq.write_table(table, path, row_group_size=7)
+    metadata = pq.ParquetFile(path).metadata
+    expected = [
+        (chunk.physical_type, chunk.num_values, chunk.total_uncompressed_size)
+        for group in map(metadata.row_group, range(metadata.num_row_groups))
+        for chunk in map(group.column, range(group.num_columns))
+    ]
+    with path.open("rb") as handle:
+        found = [
+            (chunk.physical_type, chunk.num_values, chunk.total_uncompressed_size)
+            for chunk in column_chunks(handle)
+        ]
+    assert found == expected and len(found) == 8 * 4
+    data = path.read_bytes()
+    length = int.from_bytes(data[-8:-4], "little")
+    footer_start = len(data) - 8 - length
+    nested = b"\x1c" * 100_000  # field 1, a struct, inside a struct, ...
+    for broken in (
+        data[:-1],  # no magic at the end
+        data[: footer_start + 10] + data[-8:],  # the footer cut short, its length kept
+        data[:-8] + (len(data)).to_bytes(4, "little") + b"PAR1",  # a length past the file
+        b"PAR1" + nested + len(nested).to_bytes(4, "little") + b"PAR1",
+    ):
+        with pytest.raises(FooterError):
+            column_chunks(io.BytesIO(broken))

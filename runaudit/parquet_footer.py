@@ -1,0 +1,160 @@
+"""The column chunks a parquet footer declares, read from its Thrift bytes without pyarrow's metadata objects.
+
+pyarrow builds a column chunk's metadata object on request (``RowGroupMetaData.column``) and validates it
+there; a footer whose size statistics hold a level histogram of the wrong length makes that constructor
+throw a C++ exception that nothing converts, and the process aborts: no verdict, no report, from a
+one-byte change to a results table. The reading paths (``read_table``) raise an ordinary error on the same
+file. So the sizes the readers' memory bound needs are read here, from the footer as written
+(FileMetaData in Thrift's compact protocol, parquet-format's ``parquet.thrift``), and anything malformed
+is a :class:`FooterError`, never a crash.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+from typing import Any, BinaryIO
+
+MAGIC = b"PAR1"
+FOOTER_CAP = 8 << 20  # bytes of Thrift metadata (a results table's is a few KB); past it, refused unparsed
+NESTING_CAP = 64  # structs and containers inside one another: FileMetaData needs 6
+# parquet.thrift's Type enum, by the names pyarrow gives them.
+PHYSICAL_TYPES = (
+    "BOOLEAN",
+    "INT32",
+    "INT64",
+    "INT96",
+    "FLOAT",
+    "DOUBLE",
+    "BYTE_ARRAY",
+    "FIXED_LEN_BYTE_ARRAY",
+)
+# Thrift field ids (parquet.thrift): FileMetaData.row_groups, RowGroup.columns, ColumnChunk.meta_data, and
+# ColumnMetaData.type, num_values, total_uncompressed_size.
+ROW_GROUPS, COLUMNS, META_DATA, TYPE, NUM_VALUES, UNCOMPRESSED = 4, 1, 3, 1, 5, 6
+_STOP, _TRUE, _FALSE, _BYTE, _I16, _I32, _I64, _DOUBLE, _BINARY, _LIST, _SET, _MAP, _STRUCT = range(13)
+
+
+class FooterError(ValueError):
+    """The file's footer is not parquet metadata this reader can follow; the message says where."""
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """One column chunk of one row group, as its footer declares it."""
+
+    physical_type: str
+    num_values: int
+    total_uncompressed_size: int
+
+
+def column_chunks(handle: BinaryIO) -> list[Chunk]:
+    """Every column chunk the footer of the seekable parquet file ``handle`` declares, row group by row group."""
+    size = handle.seek(0, 2)
+    if size < 12:
+        raise FooterError(f"{size} bytes is too short for a parquet file")
+    handle.seek(size - 8)
+    tail = handle.read(8)
+    if tail[4:] != MAGIC:
+        raise FooterError("it does not end with the parquet magic PAR1 (an encrypted footer ends with PARE)")
+    length = struct.unpack("<I", tail[:4])[0]
+    if length > min(FOOTER_CAP, size - 12):
+        raise FooterError(f"its footer claims {length} bytes, past what the file or the reader's cap holds")
+    handle.seek(size - 8 - length)
+    metadata = _Reader(handle.read(length)).struct(0)
+    chunks = []
+    for group in _field(metadata, ROW_GROUPS, list):
+        for column in _field(_as(group, dict), COLUMNS, list):
+            meta = _field(_as(column, dict), META_DATA, dict)
+            kind = _field(meta, TYPE, int)
+            if not 0 <= kind < len(PHYSICAL_TYPES):
+                raise FooterError(f"a column chunk has physical type {kind}, which parquet does not define")
+            chunks.append(
+                Chunk(PHYSICAL_TYPES[kind], _field(meta, NUM_VALUES, int), _field(meta, UNCOMPRESSED, int))
+            )
+    return chunks
+
+
+def _field(struct_: dict[int, Any], field: int, kind: type) -> Any:
+    return _as(struct_.get(field), kind)
+
+
+def _as(value: Any, kind: type) -> Any:
+    if not isinstance(value, kind) or isinstance(value, bool):
+        raise FooterError("a required field of its metadata is missing or of the wrong type")
+    return value
+
+
+class _Reader:
+    """Thrift's compact protocol, just enough to walk any struct: fields are kept by id, values as Python."""
+
+    def __init__(self, data: bytes) -> None:
+        self.data, self.at = data, 0
+
+    def byte(self) -> int:
+        if self.at >= len(self.data):
+            raise FooterError("its metadata ends inside a value")
+        self.at += 1
+        return self.data[self.at - 1]
+
+    def varint(self) -> int:
+        value = shift = 0
+        while True:
+            byte = self.byte()
+            value |= (byte & 0x7F) << shift
+            if not byte & 0x80:
+                return value
+            shift += 7
+            if shift > 63:
+                raise FooterError("its metadata holds a variable-length integer longer than 64 bits")
+
+    def zigzag(self) -> int:
+        raw = self.varint()
+        return (raw >> 1) ^ -(raw & 1)
+
+    def take(self, count: int) -> bytes:
+        if count < 0 or self.at + count > len(self.data):
+            raise FooterError("its metadata ends inside a value")
+        self.at += count
+        return self.data[self.at - count : self.at]
+
+    def value(self, kind: int, depth: int) -> Any:
+        if kind in (_TRUE, _FALSE):  # in a container, a boolean is a byte of its own
+            return self.byte() == _TRUE
+        if kind == _BYTE:
+            return self.byte()
+        if kind in (_I16, _I32, _I64):
+            return self.zigzag()
+        if kind == _DOUBLE:
+            return struct.unpack("<d", self.take(8))[0]
+        if kind == _BINARY:
+            return self.take(self.varint())
+        if kind in (_LIST, _SET):
+            header = self.byte()
+            count = header >> 4 if header >> 4 != 15 else self.varint()
+            return [self.value(header & 0x0F, depth + 1) for _ in range(self._bounded(count))]
+        if kind == _MAP:
+            count = self._bounded(self.varint())
+            types = self.byte() if count else 0
+            return [
+                (self.value(types >> 4, depth + 1), self.value(types & 0x0F, depth + 1)) for _ in range(count)
+            ]
+        if kind == _STRUCT:
+            return self.struct(depth + 1)
+        raise FooterError(f"its metadata holds a value of unknown Thrift type {kind}")
+
+    def struct(self, depth: int) -> dict[int, Any]:
+        if depth > NESTING_CAP:
+            raise FooterError(f"its metadata nests past {NESTING_CAP} levels")
+        fields: dict[int, Any] = {}
+        last = 0
+        while (header := self.byte()) != _STOP:
+            kind, delta = header & 0x0F, header >> 4
+            last = last + delta if delta else self.zigzag()
+            fields[last] = kind == _TRUE if kind in (_TRUE, _FALSE) else self.value(kind, depth)
+        return fields
+
+    def _bounded(self, count: int) -> int:
+        if count > len(self.data) - self.at:  # every element takes at least one byte
+            raise FooterError(f"its metadata claims {count} elements in {len(self.data) - self.at} bytes")
+        return count
