@@ -16,6 +16,7 @@ from runaudit.fixtures.verdicts import AuditRecorder
 from runaudit.history import train_csv_problems
 from runaudit.ids import casefold_collisions, duplicates, is_safe_id
 from runaudit.reader import CapsuleReader, Unavailable
+from runaudit.renders import opened_render
 from runaudit.run import DeclaredMetric, DeclaredTest, Run
 from runaudit.schema import schema_problems
 
@@ -445,14 +446,12 @@ def test_vis_decode(
     rels = capsule.inventory.pngs.get(test.test_id, ())
     if not rels:
         audit.not_run(f"test {test.test_id} has no PNGs to decode (reported by capsule.vis_coverage)")
-    from PIL import Image  # deferred: only this audit decodes images
-
     sizes: dict[tuple[str, str], Counter[tuple[int, int]]] = defaultdict(Counter)
     broken = []
     for rel in rels:
         *_, condition, role, _name = rel.split("/")
         try:
-            with capsule.open(rel) as handle, Image.open(handle, formats=["PNG"]) as image:
+            with capsule.open(rel) as handle, opened_render(handle) as image:
                 image.load()
                 size = image.size
         except Exception as exc:  # Pillow signals bad data with several exception types

@@ -21,6 +21,7 @@ from runaudit.fixtures.verdicts import AuditRecorder
 from runaudit.items import SHUFFLE, MissingColumn, align, keyed_scores, primary_condition
 from runaudit.probes import mean_offdiagonal_cosine
 from runaudit.reader import CapsuleReader
+from runaudit.renders import opened_render
 from runaudit.run import DeclaredMetric, DeclaredTest, Run
 from runaudit.statistics import ItemScores, paired_delta
 
@@ -257,7 +258,7 @@ def _thumbnails(capsule: CapsuleReader, rels: list[str]) -> np.ndarray:
 
     images = []
     for rel in rels:
-        with capsule.open(rel) as handle, Image.open(handle) as image:
+        with capsule.open(rel) as handle, opened_render(handle) as image:
             grey = image.convert("L").resize((VIS_SIDE, VIS_SIDE), Image.Resampling.BILINEAR)
             images.append(np.asarray(grey, dtype=np.float32).ravel() / 255.0)
     return np.stack(images)

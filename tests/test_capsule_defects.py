@@ -8,6 +8,7 @@ may say not_run when the broken file is their input, never failed or error.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 from capsules import DEFECTS, HARDWARE_RUN_ID, Defect, build_hardware_capsule
@@ -79,3 +80,28 @@ def test_seeded_defect_fails_exactly_its_audit(run_audits, project: Path, defect
     # The one line a user reads names the run and says what was found.
     assert all(item["message"].startswith(f"run {stem}") for item in failed), failed
     assert outcome.report["custody_ok"] is False
+
+
+def test_renders_of_another_format_or_past_the_pixel_bound_fail_decode_and_stop_the_similarity_probe(
+    capsule_dir: Path, project: Path, run_audits: Any
+) -> None:
+    """JPEGs under .png names passed ``collapse.vis_identical`` while ``capsule.vis_decode`` failed them, and
+    400 renders of 9000×9000 (78 KB each, under Pillow's bomb limit) took the two audits 215 s to decode."""
+    import io
+
+    from PIL import Image
+
+    renders = sorted((capsule_dir / "test" / "main" / "vis").rglob("*.png"))
+    as_jpeg, too_large = renders[0], renders[1]
+    buffer = io.BytesIO()
+    Image.open(as_jpeg).convert("RGB").save(buffer, format="JPEG")
+    as_jpeg.write_bytes(buffer.getvalue())
+    buffer = io.BytesIO()
+    Image.new("L", (4097, 4096)).save(buffer, format="PNG")
+    too_large.write_bytes(buffer.getvalue())
+    outcome = run_audits(capsule_dir, project, "-k", "vis_decode or vis_identical")
+    [decode] = outcome.find("capsule.vis_decode")
+    assert decode["verdict"] == "failed" and "4097×4096 pixels, past the 16,777,216" in decode["message"]
+    assert f"{as_jpeg.relative_to(capsule_dir)} (UnidentifiedImageError" in decode["message"]
+    [identical] = outcome.find("collapse.vis_identical")
+    assert identical["verdict"] == "not_run" and "a render does not decode" in identical["message"]

@@ -188,3 +188,20 @@ def test_the_windowed_spike_statistics_are_those_of_each_row_alone() -> None:
         medians = _trailing_medians(values, SPIKE_WINDOW, 1)
         by_rows = [np.median(values[max(0, index - SPIKE_WINDOW) : index]) for index in range(1, values.size)]
         assert np.allclose(medians[1:], by_rows, rtol=0, atol=0, equal_nan=True)
+
+
+def test_a_counter_float64_cannot_hold_exactly_breaks_the_contract() -> None:
+    """Steps near 1e17 one apart parse to the same float64: a decreasing step passed ``history.counters``
+    ("never decrease") while ``capsule.train_csv`` accepted the 18-digit cells."""
+    from runaudit.history import contract_problems
+
+    header = ["epoch", "step", "train_loss"]
+    exact = [["0", "999999999999998", "0.5"], ["0", "999999999999999", "0.4"]]  # 15 digits: exact in float64
+    assert contract_problems(header, exact) == []
+    big = [["0", "100000000000000001", "0.5"], ["0", "100000000000000000", "0.4"]]
+    assert float(big[0][1]) == float(big[1][1])  # why: the decrease is invisible once parsed
+    problems = contract_problems(header, big)
+    assert problems == [
+        "line 2: step='100000000000000001' is not an integer counter",
+        "line 3: step='100000000000000000' is not an integer counter",
+    ]

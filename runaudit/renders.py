@@ -1,0 +1,38 @@
+"""Opening a test's renders, as every audit that decodes them must: PNG only, and within a pixel bound.
+
+Pillow refuses an image past its decompression-bomb limit (about 179 M pixels) but decodes anything below
+it: 400 renders of 9000×9000 grey pixels, 78 KB each, cost ``capsule.vis_decode`` and
+``collapse.vis_identical`` 90 s and 125 s. A render is a picture of one sample for a person to look at
+(docs/capsule.md §7); the bound below is far above any such picture and refuses the size before a pixel is
+decoded. Any other format under a ``.png`` name is refused the same way (JPEG, GIF and TIFF open in Pillow
+too, and the similarity probe judged renders the decode audit had failed).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import IO, TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from PIL import Image
+
+RENDER_PIXELS_CAP = 4096 * 4096
+
+
+class RenderRefused(ValueError):
+    """A render past :data:`RENDER_PIXELS_CAP`; the message gives its size."""
+
+
+@contextmanager
+def opened_render(handle: IO[bytes]) -> Iterator[Image.Image]:
+    """The PNG ``handle`` holds, opened (its header read, no pixel decoded) and checked against the bound."""
+    from PIL import Image  # deferred: only the audits that decode renders pay for Pillow
+
+    with Image.open(handle, formats=["PNG"]) as image:
+        width, height = image.size
+        if width * height > RENDER_PIXELS_CAP:
+            raise RenderRefused(
+                f"{width}×{height} pixels, past the {RENDER_PIXELS_CAP:,} a render may hold (docs/capsule.md §7)"
+            )
+        yield image
