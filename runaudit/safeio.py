@@ -78,10 +78,24 @@ def read_regular(path: Path | str, cap: int = JSON_CAP) -> bytes:
         size = os.fstat(handle.fileno()).st_size
         if size > cap:
             raise UnsafeFile(f"{path} holds {size} bytes; more than the {cap}-byte limit for this file")
-        data = handle.read(cap + 1)
+        data = _read_at_most(handle, cap + 1, size)
     if len(data) > cap:  # it grew while being read
         raise UnsafeFile(f"{path} grew past the {cap}-byte limit while it was read")
     return data
+
+
+def _read_at_most(handle: FileIO, limit: int, expected: int) -> bytes:
+    """Up to ``limit`` bytes of ``handle``, in pieces the size of what ``fstat`` said plus a little: one
+    ``read(limit)`` reserves the whole limit first (1 GiB for a 160 KB split manifest, a MemoryError under
+    a modest address-space ceiling)."""
+    pieces, taken = [], 0
+    while taken < limit:
+        piece = handle.read(min(limit - taken, max(expected - taken, 0) + (1 << 16)))
+        if not piece:
+            break
+        pieces.append(piece)
+        taken += len(piece)
+    return b"".join(pieces)
 
 
 def read_text(path: Path | str, cap: int = TEXT_CAP) -> str:

@@ -430,3 +430,39 @@ def test_the_footer_reader_agrees_with_pyarrow_and_refuses_what_it_cannot_follow
     ):
         with pytest.raises(FooterError):
             column_chunks(io.BytesIO(broken))
+
+
+def test_a_reader_error_an_audit_owns_is_its_one_line_not_a_chained_raw_exception(
+    capsule_dir: Path, project: Path, run_audits: Callable[..., Any]
+) -> None:
+    """A damaged page header: pyarrow's error holds a raw control byte from the file and spans lines. The
+    verdict escaped it, but the audit failed inside the ``except`` block that caught it, so the terminal's
+    failure section printed the raw exception first ("During handling of the above exception ...")."""
+    path = capsule_dir / "test" / "main" / "results.parquet"
+    data = bytearray(path.read_bytes())
+    for index in range(100, 400):
+        data[index] ^= 0x5A
+    path.write_bytes(bytes(data))
+    outcome = run_audits(capsule_dir, project, "-k", "results_table")
+    [table] = outcome.find("capsule.results_table")
+    assert table["verdict"] == "failed"
+    output = outcome.result.stdout.str()
+    assert "During handling of the above exception" not in output
+    assert not any(char in output for char in "\x00\x0e\x0f\x1b")
+
+
+def test_a_bounded_read_reserves_what_the_file_holds_not_its_cap(tmp_path: Path) -> None:
+    """``read(cap + 1)`` reserves the cap before reading: a 160 KB split manifest read under its 1 GiB cap
+    raised MemoryError beneath a 900 MB address-space ceiling."""
+    path = tmp_path / "manifest.parquet"
+    path.write_bytes(bytes(range(256)) * 625)
+    probe = (
+        "import resource, sys\n"
+        "resource.setrlimit(resource.RLIMIT_AS, (900_000_000, 900_000_000))\n"
+        "from runaudit.safeio import read_regular\n"
+        "print(len(read_regular(sys.argv[1], 1 << 30)))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe, str(path)], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert done.returncode == 0 and done.stdout.strip() == "160000", done.stderr[-1500:]
