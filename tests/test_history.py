@@ -205,3 +205,14 @@ def test_a_counter_float64_cannot_hold_exactly_breaks_the_contract() -> None:
         "line 2: step='100000000000000001' is not an integer counter",
         "line 3: step='100000000000000000' is not an integer counter",
     ]
+
+
+def test_a_byte_order_mark_before_the_header_is_no_part_of_the_first_column(
+    capsule_dir: Path, project: Path, run_audits: Callable[..., Any]
+) -> None:
+    """A spreadsheet's UTF-8 byte-order mark made the first column "\\ufeffepoch": train.csv "lacked" epoch."""
+    path = capsule_dir / "train.csv"
+    path.write_bytes(b"\xef\xbb\xbf" + path.read_bytes())
+    outcome = run_audits(capsule_dir, project, "-k", "train_csv or counters")
+    assert {item["verdict"] for item in outcome.find("capsule.train_csv")} == {"passed"}
+    assert {item["verdict"] for item in outcome.find("history.counters")} == {"passed"}
