@@ -502,26 +502,32 @@ def test_metrics_rederived(
 
     from runaudit.statistics import headline_value
 
-    declared_rows = {row["condition_id"]: row for row in document["metrics"] if row["metric"] == metric.name}
+    # Every row is compared, a condition listed twice included (keyed by condition, the last one won and a
+    # wrong first value, the one a reader sees first, went unchecked; capsule.metrics_schema fails the twin).
+    declared_rows: dict[str, list[dict[str, Any]]] = {}
+    for row in document["metrics"]:
+        if row["metric"] == metric.name:
+            declared_rows.setdefault(row["condition_id"], []).append(row)
     scored = table.filter(table.column("valid"))
     ratio = metric.aggregation == "sum_ratio"
     tolerance = 0.5 * 10 ** (-metric.precision) + 1e-12
     compared, mismatches = {}, []
     for condition in test.conditions:
-        row = declared_rows.get(condition)
-        if row is None:
+        if condition not in declared_rows:
             continue
         rows = scored.filter(pc.equal(scored.column("condition_id"), condition))
         values = rows.column(f"m.{metric.name}").to_numpy()
         numerators = rows.column(f"num.{metric.name}").to_numpy() if ratio else values
         denominators = rows.column(f"den.{metric.name}").to_numpy() if ratio else values
         recomputed = headline_value(metric.aggregation, values, numerators, denominators)
-        declared_value = row["value"]
-        compared[condition] = {"declared": declared_value, "recomputed": recomputed, "n": rows.num_rows}
-        if declared_value is None or not abs(declared_value - recomputed) <= tolerance:
-            mismatches.append(
-                f"{condition}: declared {declared_value}, re-derived {recomputed:.{metric.precision + 2}f}"
-            )
+        for listed, row in enumerate(declared_rows[condition], start=1):
+            declared_value = row["value"]
+            key = condition if listed == 1 else f"{condition} (its listing {listed})"
+            compared[key] = {"declared": declared_value, "recomputed": recomputed, "n": rows.num_rows}
+            if declared_value is None or not abs(declared_value - recomputed) <= tolerance:
+                mismatches.append(
+                    f"{key}: declared {declared_value}, re-derived {recomputed:.{metric.precision + 2}f}"
+                )
     if not compared:
         audit.not_run(
             f"{test.folder}/metrics.json has no {metric.name} rows (reported by capsule.metrics_schema)"

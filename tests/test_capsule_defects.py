@@ -105,3 +105,26 @@ def test_renders_of_another_format_or_past_the_pixel_bound_fail_decode_and_stop_
     assert f"{as_jpeg.relative_to(capsule_dir)} (UnidentifiedImageError" in decode["message"]
     [identical] = outcome.find("collapse.vis_identical")
     assert identical["verdict"] == "not_run" and "a render does not decode" in identical["message"]
+
+
+def test_every_listing_of_a_metric_is_re_derived_a_condition_listed_twice_included(
+    capsule_dir: Path, project: Path, run_audits: Any
+) -> None:
+    """metrics.json listing accuracy on clean twice, a wrong value first: ``capsule.metrics_schema`` failed
+    the twin, but ``capsule.metrics_rederived`` kept the last listing per condition and passed, while the
+    report's headline showed the first."""
+    import json
+
+    path = capsule_dir / "test" / "main" / "metrics.json"
+    document = json.loads(path.read_text())
+    [true] = [
+        row for row in document["metrics"] if (row["metric"], row["condition_id"]) == ("accuracy", "clean")
+    ]
+    document["metrics"].insert(0, {**true, "value": 0.9999 if true["value"] != 0.9999 else 0.5})
+    path.write_text(json.dumps(document))
+    outcome = run_audits(capsule_dir, project, "-k", "metrics_rederived or metrics_schema")
+    assert {item["verdict"] for item in outcome.find("capsule.metrics_schema")} == {"failed"}
+    [accuracy] = [
+        item for item in outcome.find("capsule.metrics_rederived") if item["subject"].endswith("accuracy")
+    ]
+    assert accuracy["verdict"] == "failed" and "clean: declared" in accuracy["message"]
