@@ -45,6 +45,10 @@ DOCUMENT_CAP = 16 << 20
 # A paper states hundreds of numbers; each is a verdict of its own (~1 ms of pytest each), so a document
 # stating 100k kept a session busy for minutes. Past this, the document is refused, not read in part.
 STATEMENT_CAP = 5000
+# pylatexenc walks a stretch of text with no macro in time quadratic in its length (1 MiB of plain words took
+# 16.5 s, 4 MiB 190 s): LaTeX past this is refused, not read. A paper's source is a few hundred KB at most;
+# one past it can name the file holding its results (\input{results}) instead.
+LATEX_CAP = 512 << 10
 # Markdown's link and emphasis delimiters cost markdown-it ~10 µs each: 16 MB of brackets took 100 s.
 MARKUP_CAP = 200_000
 MARKUP = "[]!*_`<|"
@@ -1248,6 +1252,11 @@ def _markdown_table(tokens: Sequence[object]) -> tuple[list[str], list[Row]]:
 def latex_statements(text: str, vocabulary: Vocabulary, document: str) -> Iterator[Statement]:
     from pylatexenc.latexwalker import LatexWalker, LatexWalkerError
 
+    if len(text) > LATEX_CAP:
+        raise DocumentError(
+            f"{document}: {len(text):,} characters of LaTeX, past the {LATEX_CAP:,} this gate reads in bounded "
+            "time; name the file that holds the results instead (docs/claims.md)"
+        )
     source = text.splitlines()
     newlines = [found.start() for found in re.finditer("\n", text)]
 

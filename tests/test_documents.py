@@ -1392,3 +1392,17 @@ def test_a_name_spelled_with_a_dotless_or_dotted_i_is_no_mention_and_stops_nothi
     # The names themselves are still matched in any ASCII case.
     [found] = statements("On NOISE the accuracy is 97.05 %.", "markdown", WORDS, "p.md")
     assert found.condition == "noise"
+
+
+def test_latex_past_its_cap_is_refused_whole_before_the_quadratic_walker_reads_it() -> None:
+    """3 MiB of plain words kept a session's collection busy 112 s (pylatexenc's walker is quadratic in a
+    stretch without a macro); the 16 MiB document cap allowed half an hour."""
+    from runaudit.documents import LATEX_CAP
+
+    started = time.thread_time()
+    with pytest.raises(DocumentError, match=r"p.tex: 524,289 characters of LaTeX, past the 524,288"):
+        statements("x" * (LATEX_CAP + 1), "latex", WORDS, "p.tex")
+    assert time.thread_time() - started < 1
+    assert statements(
+        "The probe reaches an accuracy of 97.05\\%. " + "x" * (LATEX_CAP - 100), "latex", WORDS, "p.tex"
+    )
