@@ -19,7 +19,7 @@ from runaudit.claims import metric_claims
 from runaudit.fixtures.smoke import Adapter
 from runaudit.fixtures.verdicts import AuditRecorder
 from runaudit.items import SHUFFLE, MissingColumn, align, keyed_scores, primary_condition
-from runaudit.probes import mean_offdiagonal_cosine
+from runaudit.probes import OUTPUT_VALUES_CAP, mean_offdiagonal_cosine
 from runaudit.reader import CapsuleReader
 from runaudit.renders import opened_render
 from runaudit.run import DeclaredMetric, DeclaredTest, Run
@@ -74,18 +74,33 @@ def test_output_cosine(
 
     The mean-centred cosine and the spread around the shared mean are kept in the evidence beside it.
     """
+    import pyarrow.compute as pc
+
     test = audit.declared(run, declared_test)
     rows = _rows(audit, capsule, test, ["output"])
-    vectors = rows["output"].to_pylist()
-    lengths = {len(vector) for vector in vectors if vector is not None}
-    if None in vectors or len(lengths) != 1:
+    vectors = rows["output"].combine_chunks() if hasattr(rows["output"], "combine_chunks") else rows["output"]
+    if len(vectors) > COSINE_SAMPLE:
+        chosen = np.random.default_rng(COSINE_SEED).choice(len(vectors), COSINE_SAMPLE, replace=False)
+        vectors = vectors.take(np.sort(chosen))
+    lengths = set(pc.unique(pc.list_value_length(vectors)).drop_null().to_pylist())
+    if vectors.null_count or len(lengths) != 1:
         audit.not_run(
             f"{test.folder}/results.parquet: output vectors are missing or of unequal length {sorted(lengths)}"
         )
-    matrix = np.asarray(vectors, dtype=np.float64)
-    if len(matrix) > COSINE_SAMPLE:
-        chosen = np.random.default_rng(COSINE_SEED).choice(len(matrix), COSINE_SAMPLE, replace=False)
-        matrix = matrix[np.sort(chosen)]
+    (width,) = lengths
+    if len(vectors) * width > OUTPUT_VALUES_CAP:
+        audit.not_run(
+            f"{test.folder}/results.parquet: {len(vectors)} output vectors of {width:,} values each, past the "
+            f"{OUTPUT_VALUES_CAP:,} values this probe compares (a 17 KB table of zeros decoded to 1.15 GB and "
+            "its cosines took minutes)"
+        )
+    # Arrow to numpy without a Python object per value: to_pylist() of 287 M floats took 11.7 GB.
+    matrix = (
+        pc.list_flatten(vectors)
+        .to_numpy(zero_copy_only=False)
+        .astype(np.float64)
+        .reshape(len(vectors), width)
+    )
     cosine = mean_offdiagonal_cosine(matrix)
     centered = mean_offdiagonal_cosine(matrix, centered=True)
     mean = matrix.mean(axis=0)

@@ -466,3 +466,24 @@ def test_a_bounded_read_reserves_what_the_file_holds_not_its_cap(tmp_path: Path)
         [sys.executable, "-c", probe, str(path)], capture_output=True, text=True, timeout=120, check=False
     )
     assert done.returncode == 0 and done.stdout.strip() == "160000", done.stderr[-1500:]
+
+
+def test_output_vectors_past_the_probes_bound_are_not_compared(
+    pytester: pytest.Pytester, project: Path, capsule_dir: Path
+) -> None:
+    """A 17 KB table of 718 outputs × 400,000 zeros (1.15 GB decoded, under the table's memory cap) kept
+    ``collapse.output_cosine`` busy 137 s at 11.7 GB: its vectors went through a Python float each."""
+    from runaudit.probes import OUTPUT_VALUES_CAP
+
+    path = capsule_dir / RESULTS
+    table = pq.read_table(path)
+    width = OUTPUT_VALUES_CAP // table.num_rows * 2 + 1
+    zeros = pa.FixedSizeListArray.from_arrays(pa.array(np.zeros(table.num_rows * width, np.float32)), width)
+    output = pa.ListArray.from_arrays(
+        pa.array(np.arange(table.num_rows + 1, dtype=np.int32) * width), zeros.values
+    )
+    pq.write_table(table.set_column(table.schema.get_field_index("output"), "output", output), path)
+    report, elapsed = _session(pytester, capsule_dir, project, "-k", "output_cosine")
+    assert elapsed < SESSION_DEADLINE_S and not _errors(report), _errors(report)
+    probe = _one(report, "collapse.output_cosine", "main")
+    assert probe["verdict"] == "not_run" and f"of {width:,} values each, past the" in probe["message"], probe
