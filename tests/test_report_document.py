@@ -132,6 +132,9 @@ def test_safe_to_tear_down_needs_held_custody_and_a_current_receipt(project: Pat
         ("<script>x</script>", "_script_x__script_"),
         ("index", "index_run"),
         ("INDEX", "INDEX_run"),
+        ("index_run", "index_run_run"),  # a run's own name, never the stem "index" is moved to
+        ("Index_Run_run", "Index_Run_run_run"),
+        ("index_runner", "index_runner"),
         ("...", "run"),
     ],
 )
