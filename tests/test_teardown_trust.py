@@ -324,3 +324,29 @@ def test_a_forged_hash_cache_entry_never_makes_the_receipt_or_the_banner_say_yes
     assert outcome.report["teardown"]["answer"] != "yes"
     [receipt] = outcome.find("manifest.receipt")
     assert receipt["verdict"] == "failed" and "train.csv" in receipt["message"]
+
+
+def test_a_verified_copy_on_another_machine_s_folder_mounted_over_ssh_is_no_copy(
+    project: Path, capsule_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``runs/`` as an sshfs mount of the box's ``export/``: verify wrote a receipt, the report's banner and
+    ``runaudit down`` said yes, and after unmounting nothing was here. (The kernel's mount table is the
+    boundary: mounting FUSE needs /dev/fuse, so this test gives the table the mount would add.)"""
+    from runaudit import mounts
+
+    assert receipt_status(project, [DEMO_RUN_ID]).ok
+    table = tmp_path / "mountinfo"
+    real = mounts.MOUNTINFO.read_text() if mounts.MOUNTINFO.exists() else ""
+    point = str(capsule_dir.parent.resolve()).replace(" ", "\\040")
+    table.write_text(
+        real + f"900 1 0:99 / {point} rw,nosuid - fuse.sshfs me@gpu-box:/srv/project/export rw\n"
+    )
+    monkeypatch.setattr(mounts, "MOUNTINFO", table)
+    status = receipt_status(project, [DEMO_RUN_ID])
+    assert not status.ok
+    assert (
+        "a fuse.sshfs mount of me@gpu-box:/srv/project/export: another machine's folder" in status.problems[0]
+    )
+    # Storage that outlives the box (NFS, Lustre) is where users keep runs: still a copy.
+    table.write_text(real + f"900 1 0:99 / {point} rw - nfs4 filer:/projects rw\n")
+    assert receipt_status(project, [DEMO_RUN_ID]).ok
