@@ -7,7 +7,7 @@ the box's inventory under the remote root: ``active/*`` (live runs), ``export/*`
 (an interrupted close), ``export/hardware/*``, ``runs/*`` and ``runs/hardware/*`` (capsules accepted on
 the box) and ``quarantine/*`` (``<id>--<attempt>`` maps back to ``<id>``), with every file of each capsule
 folder and of what ``close`` seals in a live run's folder hashed on the box. A box it cannot list or hash
-(a transport failure, a refused host key, a remote root that does not exist, no ``sha256sum``, a file it
+(a transport failure, a refused host key, a remote root that does not exist, no Python to hash with, a file it
 cannot read) is a refusal, never an approval. Names from the box are untrusted: only a safe id is looked up
 among the local receipts (whose own manifests name the folders checked), never joined to a local path
 by itself; any other name is shown escaped (``repr``) and can only be abandoned, by exactly that name.
@@ -95,26 +95,16 @@ QUARANTINED = re.compile(r"(?P<run>.+)--\d{8}T\d{6}Z-[0-9a-f]{6}", re.DOTALL)  #
 # POSIX sh, read-only. Every name goes back hex-encoded (a name may hold a newline or any byte), and a
 # final sentinel shows that the answer was not cut short. Symlinked areas are followed (a data disk). The
 # files of every sealed or accepted capsule folder (export/<id>, runs/<id>) and of every entry close seals
-# in a live run's folder go back with their size and SHA-256, hashed on the box: what a receipt covers is
-# compared by content, never by name or clock. A file that is not a regular one is listed as ``odd``, one
-# that cannot be read or a folder that cannot be walked as ``unhashed``, a live folder that cannot be
-# read as ``unlisted``.
+# in a live run's folder go back with their size and SHA-256, hashed on the box by :data:`HASHER`: what a
+# receipt covers is compared by content, never by name or clock. A live folder that cannot be read is
+# ``unlisted``.
 INVENTORY = r"""
 if [ ! -d "$R" ]; then echo "root=missing"; echo "inventory=complete"; exit 0; fi
 echo "root=present"
-if ! command -v sha256sum >/dev/null 2>&1; then echo "hasher=missing"; echo "inventory=complete"; exit 0; fi
+if ! command -v "$PY" >/dev/null 2>&1; then echo "hasher=missing"; echo "inventory=complete"; exit 0; fi
 digests() {
   label=$1; base=$2; shift 2
-  find "$@" ! -type d -exec sh -c '
-    label=$1; base=$2; shift 2
-    for f do
-      hex=$(printf "%s" "${f#"$base"/}" | od -An -v -tx1 | tr -d " \n")
-      if [ -L "$f" ] || [ ! -f "$f" ]; then echo "odd $label $hex"; continue; fi
-      if [ ! -r "$f" ]; then echo "unhashed $label"; continue; fi
-      size=$(wc -c < "$f" | tr -d " ")
-      sum=$(sha256sum < "$f" | cut -c1-64)
-      echo "file $label $hex $size $sum"
-    done' sh "$label" "$base" {} + || echo "unhashed $label"
+  "$PY" -c "$HASHER" "$label" "$base" "$@" || echo "unhashed $label"
 }
 for area in active export export/.partial export/hardware runs runs/hardware quarantine; do
   d="$R/$area"
@@ -143,6 +133,34 @@ for area in active export export/.partial export/hardware runs runs/hardware qua
   done
 done
 echo "inventory=complete"
+"""
+
+# Run by the box's Python (one process per folder; a shell loop forked six processes a file): every path
+# below the arguments, without following a link, as ``file <label> <hex path> <size> <sha256>`` for a
+# regular file, ``odd <label> <hex path>`` for anything else, and ``unhashed <label>`` for what cannot be
+# read or walked. Paths are relative to the base, hex-encoded as the listing's names are.
+HASHER = r"""
+import hashlib, os, stat, sys
+label, base, pending = sys.argv[1], sys.argv[2], sys.argv[:2:-1]
+def shown(path):
+    return os.fsencode(path[len(base) + 1:]).hex()
+while pending:
+    path = pending.pop()
+    try:
+        info = os.lstat(path)
+        if stat.S_ISDIR(info.st_mode):
+            pending += [os.path.join(path, name) for name in sorted(os.listdir(path), reverse=True)]
+        elif stat.S_ISREG(info.st_mode):
+            digest, size = hashlib.sha256(), 0
+            with open(path, "rb", buffering=0, opener=lambda p, f: os.open(p, f | os.O_NOFOLLOW | os.O_NONBLOCK)) as handle:
+                for block in iter(lambda: handle.read(1 << 20), b""):
+                    digest.update(block)
+                    size += len(block)
+            print("file", label, shown(path), size, digest.hexdigest())
+        else:
+            print("odd", label, shown(path))
+    except OSError:
+        print("unhashed", label)
 """
 
 
@@ -257,8 +275,8 @@ def parse_inventory(text: str, box: str, root: str) -> Inventory:
         )
     if "hasher=missing" in lines:
         raise Refused(
-            f"{cannot} (it has no sha256sum to hash its capsules with, so what it holds cannot be compared "
-            f"with the receipts); {NOTHING_STOPPED}"
+            f"{cannot} (it has no Python, --python, to hash its capsules with, so what it holds cannot be "
+            f"compared with the receipts); {NOTHING_STOPPED}"
         )
     entries: list[Entry] = []
     areas: list[str] = []
@@ -333,7 +351,10 @@ def _encoded(name: str) -> str:
 
 
 def inventory_command(box: Box) -> str:
-    return f"R={shlex.quote(str(box.root))}\nSEALED={shlex.quote(' '.join(SEALED_ENTRIES))}\n{INVENTORY}"
+    return (
+        f"R={shlex.quote(str(box.root))}\nSEALED={shlex.quote(' '.join(SEALED_ENTRIES))}\n"
+        f"PY={shlex.quote(box.python)}\nHASHER={shlex.quote(HASHER)}\n{INVENTORY}"
+    )
 
 
 def take_inventory(box: Box) -> Inventory:

@@ -514,7 +514,7 @@ def test_the_listing_is_decoded_strictly() -> None:
         parse_inventory(
             answer.replace("odd export", "unhashed export").replace(f" {hexed('link')}", ""), "b", "/r"
         )
-    with pytest.raises(Refused, match=r"no sha256sum"):
+    with pytest.raises(Refused, match=r"no Python, --python, to hash"):
         parse_inventory("root=present\nhasher=missing\ninventory=complete\n", "me@box:22", "/r")
     with pytest.raises(Refused, match="cut short"):
         parse_inventory(answer.replace("inventory=complete", ""), "me@box:22", "/r")
