@@ -126,9 +126,11 @@ for area in active export export/.partial export/hardware runs runs/hardware qua
       export|runs) digests "$area $hex" "$p" "$p" ;;
       active)
         if [ ! -r "$p" ] || [ ! -x "$p" ]; then echo "unlisted $hex"; continue; fi
+        set --
         for n in $SEALED; do
-          if [ -e "$p/$n" ] || [ -L "$p/$n" ]; then digests "$area $hex" "$p" "$p/$n"; fi
-        done ;;
+          if [ -e "$p/$n" ] || [ -L "$p/$n" ]; then set -- "$@" "$p/$n"; fi
+        done
+        if [ $# -gt 0 ]; then digests "$area $hex" "$p" "$@"; fi ;;
     esac
   done
 done
