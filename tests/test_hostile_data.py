@@ -367,6 +367,13 @@ def test_a_json_document_with_a_duplicate_key_is_refused_by_its_owner(
     assert later["verdict"] == "not_run", later
 
 
+def _in_a_child(probe: str, path: Path) -> subprocess.CompletedProcess[str]:
+    """``python -c probe path``: what a reader does where its crash or its address space is its own."""
+    return subprocess.run(
+        [sys.executable, "-c", probe, str(path)], capture_output=True, text=True, timeout=120, check=False
+    )
+
+
 def test_a_parquet_footer_that_aborts_pyarrow_s_metadata_is_an_unreadable_table(tmp_path: Path) -> None:
     """A one-byte change to a results table's footer killed the session with SIGABRT (no verdict, no
     report): the memory bound walked pyarrow's per-chunk metadata objects, whose constructor aborts on it.
@@ -382,9 +389,7 @@ def test_a_parquet_footer_that_aborts_pyarrow_s_metadata_is_an_unreadable_table(
         "except Unavailable as exc:\n"
         "    print('UNAVAILABLE', exc)\n"
     )
-    done = subprocess.run(
-        [sys.executable, "-c", probe, str(recorded)], capture_output=True, text=True, timeout=120, check=False
-    )
+    done = _in_a_child(probe, recorded)
     assert done.returncode == 0, done.stderr[-2000:]  # -6 (SIGABRT) before
     assert done.stdout.startswith("UNAVAILABLE results.parquet is not a readable parquet table")
 
@@ -462,9 +467,7 @@ def test_a_bounded_read_reserves_what_the_file_holds_not_its_cap(tmp_path: Path)
         "from runaudit.safeio import read_regular\n"
         "print(len(read_regular(sys.argv[1], 1 << 30)))\n"
     )
-    done = subprocess.run(
-        [sys.executable, "-c", probe, str(path)], capture_output=True, text=True, timeout=120, check=False
-    )
+    done = _in_a_child(probe, path)
     assert done.returncode == 0 and done.stdout.strip() == "160000", done.stderr[-1500:]
 
 
