@@ -180,9 +180,8 @@ class VerdictReport:
             if self.writes_page:
                 self.written.append(write_bytes_atomic(folder / f"{stem}.html", self._page(doc)))
         except OSError as exc:  # the folder is a file, the report's name a folder, the disk full or read-only
-            where = printable(
-                str(exc.filename2 or exc.filename or folder)
-            )  # a rename names its target second
+            # A rename names its target second; a failed mkdir or open, its only path first.
+            where = printable(str(exc.filename2 or exc.filename or folder))
             self.report_problem = (
                 f"the report could not be written: {where}: {exc.strerror or exc}; free that path, or pass "
                 f"--report-dir (every verdict was reached: see the lines above)"
