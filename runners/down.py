@@ -5,8 +5,9 @@ The box is named as for every remote verb (``--host/--port/--user/--identity/--k
 --remote-root``; strict host keys, secrets by name only). Over one SSH connection ``down`` first takes
 the box's inventory under the remote root: ``active/*`` (live runs), ``export/*``, ``export/.partial/*``
 (an interrupted close), ``export/hardware/*``, ``runs/*`` and ``runs/hardware/*`` (capsules accepted on
-the box) and ``quarantine/*`` (``<id>--<attempt>`` maps back to ``<id>``), with every file of each capsule
-folder and of what ``close`` seals in a live run's folder hashed on the box. A box it cannot list or hash
+the box) and ``quarantine/*`` (failed closes, ``<id>--<attempt>``), with every file of each capsule folder
+and of what ``close`` seals in a live run's folder hashed on the box, and each live run's writer lock
+probed (:mod:`runaudit.workspace`: a trainer holds it while it runs). A box it cannot list or hash
 (a transport failure, a refused host key, a remote root that does not exist, no Python to hash with, a file it
 cannot read) is a refusal, never an approval. Names from the box are untrusted: only a safe id is looked up
 among the local receipts (whose own manifests name the folders checked), never joined to a local path
@@ -23,8 +24,11 @@ Then, in order, refusing at the first failure:
    capsule folder on the box is not, file for file, what its pull listed, one the box is closing again
    (``export/.partial/<id>``), or one whose ``active/<id>`` holds bytes among those ``close`` seals that
    its sealed capsule on the box does not (training resumed after the pull, compared by content, never by
-   clock), is refused until it is pulled and verified again, or abandoned; a hardware capsule, which no
-   pull manifest lists, only by abandoning it as ``hardware/<id>``;
+   clock), is refused until it is pulled and verified again, or abandoned; so is a live run whose writer
+   lock a trainer holds (or that cannot be probed): tearing down would kill it mid-write. A hardware
+   capsule, which no pull manifest lists, is covered only by abandoning it as ``hardware/<id>``, and a
+   quarantined attempt (a close that failed: no pull brings it home, and its bytes are not the capsule a
+   receipt verified) only as ``quarantine/<id>--<attempt>``;
 2. the profile's teardown plan is shown: the meter-stop verb, what it deletes, whether it can be undone,
    the other steps and the billables that outlive it, and every danger clock (a profile whose teardown
    differs per member needs the member first);
@@ -60,9 +64,10 @@ from runaudit.platforms import Profile
 from runaudit.receipts import RunReceipt, receipt_status
 from runaudit.roster import parse_roster
 from runaudit.runners.box import Box, add_box_arguments, box_from_args
-from runaudit.runners.close import SEALED_ENTRIES
+from runaudit.runners.close import REASON_FILE, SEALED_ENTRIES
 from runaudit.runners.ssh import UNKNOWN_STATE, Remote
 from runaudit.usage import Refusal, existing_dir
+from runaudit.workspace import LOCK_FILE
 
 RECORD_VERSION = "runaudit.teardown/1"
 # The listing hashes every capsule on the box: tens of GiB at the disk's rate (a few hundred MB/s) take minutes.
@@ -82,12 +87,26 @@ AREAS: Mapping[str, str] = {
 CAPSULE_AREAS = ("export", "runs")
 # Hardware capsules: ``runaudit manifest`` lists none (runners/manifest.py), so no receipt can cover one.
 HARDWARE_AREAS = ("export/hardware", "runs/hardware")
+# What no receipt covers is abandoned by a key naming its kind: ``hardware/<id>``, ``quarantine/<attempt>``.
+UNRECEIPTED_KINDS = ("hardware/", "quarantine/")
 # Entries of an area that belong to the harness, not to a run: the sub-areas and close's lock file.
 HOUSEKEEPING = {
     ("export", ".partial"): ("dir", "link-dir"),
     ("export", "hardware"): ("dir", "link-dir"),
     ("export", ".close.lock"): ("file",),
     ("runs", "hardware"): ("dir", "link-dir"),
+}
+# Why a live run whose writer lock is held, or could not be probed, blocks: the trainer writes bytes no
+# receipt covers, and tearing down kills it.
+LIVE_WRITER = {
+    "held": (
+        "a writer holds active/{run}/{lock}: training is running there now, and tearing down kills it and "
+        "loses what it writes next; let it finish, then close, pull and verify it, or abandon it"
+    ),
+    "unknown": (
+        "its active/{run}/{lock} is not a plain file the box could probe, so whether training is running "
+        "there is not known; look on the box, then abandon it if you accept losing it"
+    ),
 }
 # close.py names a quarantined attempt ``<run id>--<attempt id>`` (runaudit.clock.attempt_id: 20260101T000000Z-abc123).
 QUARANTINED = re.compile(r"(?P<run>.+)--\d{8}T\d{6}Z-[0-9a-f]{6}", re.DOTALL)  # matched whole (fullmatch)
@@ -97,7 +116,7 @@ QUARANTINED = re.compile(r"(?P<run>.+)--\d{8}T\d{6}Z-[0-9a-f]{6}", re.DOTALL)  #
 # files of every sealed or accepted capsule folder (export/<id>, runs/<id>) and of every entry close seals
 # in a live run's folder go back with their size and SHA-256, hashed on the box by :data:`HASHER`: what a
 # receipt covers is compared by content, never by name or clock. A live folder that cannot be read is
-# ``unlisted``.
+# ``unlisted``; a live folder's writer lock is probed by :data:`WRITER`.
 INVENTORY = r"""
 if [ ! -d "$R" ]; then echo "root=missing"; echo "inventory=complete"; exit 0; fi
 echo "root=present"
@@ -130,7 +149,10 @@ for area in active export export/.partial export/hardware runs runs/hardware qua
         for n in $SEALED; do
           if [ -e "$p/$n" ] || [ -L "$p/$n" ]; then set -- "$@" "$p/$n"; fi
         done
-        if [ $# -gt 0 ]; then digests "$area $hex" "$p" "$@"; fi ;;
+        if [ $# -gt 0 ]; then digests "$area $hex" "$p" "$@"; fi
+        if [ -e "$p/$LOCK" ] || [ -L "$p/$LOCK" ]; then
+          "$PY" -c "$WRITER" "$area $hex" "$p/$LOCK" || echo "writer $area $hex unknown"
+        fi ;;
     esac
   done
 done
@@ -166,6 +188,30 @@ while pending:
 """
 
 
+# Run by the box's Python on a live run's writer lock (runaudit.workspace): ``writer <label> held`` when a
+# trainer holds it, ``writer <label> unknown`` when it is not a regular file or cannot be opened, nothing
+# when it is free. A shared lock, taken without waiting and dropped at once, is the probe: it can only fail
+# while a writer (or a close) holds the exclusive one.
+WRITER = r"""
+import fcntl, os, stat, sys
+label, path = sys.argv[1], sys.argv[2]
+try:
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError("not a regular file")
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    finally:
+        os.close(fd)
+except BlockingIOError:
+    print("writer", label, "held")
+except FileNotFoundError:
+    pass
+except OSError:
+    print("writer", label, "unknown")
+"""
+
+
 class Refused(Refusal):
     """``down`` did nothing; the message says why and what would unblock it."""
 
@@ -182,6 +228,9 @@ class Entry:
     files: tuple[tuple[str, int, str], ...] = ()
     odd: tuple[str, ...] = ()
     resumed: bool = False  # a live run's folder holding bytes close seals that its sealed capsule does not
+    # A live run's writer lock as the box probed it: "held" (training is running), "unknown" (it could not
+    # be probed), or None (no lock file, or nobody holds it).
+    writer: str | None = None
 
     @property
     def newer_than_a_receipt(self) -> bool:
@@ -194,32 +243,30 @@ class Entry:
 
     @property
     def run_id(self) -> str | None:
-        """The run this entry belongs to, or None when no receipt can cover it (an unsafe name, hardware)."""
-        if self.hardware:
+        """The run a receipt may cover, or None when none can: an unsafe name, a hardware capsule, or a
+        quarantined attempt (a close that failed: its bytes are not the capsule any pull brought home)."""
+        if self.hardware or self.area == "quarantine":
             return None
-        match = QUARANTINED.fullmatch(self.name) if self.area == "quarantine" else None
-        if match and is_safe_id(match["run"]):
-            return match["run"]
         return self.name if is_safe_id(self.name) else None
 
     @property
     def key(self) -> str:
         """What covers it: a receipt for ``run_id``, or ``--abandon`` naming exactly this key (a hardware
-        capsule as ``hardware/<name>``, which no run id can be)."""
+        capsule as ``hardware/<name>``, a quarantined attempt as ``quarantine/<name>``, which no run id
+        can be)."""
         if self.hardware:
             return f"hardware/{self.name}"
+        if self.area == "quarantine":
+            return f"quarantine/{self.name}"
         return self.run_id or self.name
 
     @property
     def where(self) -> str:
-        """``active/`` or ``quarantine/d4--<attempt>``, and what being there means."""
-        place = f"{self.area}/"
-        if self.area == "quarantine" and self.run_id is not None and self.run_id != self.name:
-            place += self.name
+        """``active/``, ``quarantine/``, ..., and what being there means."""
         detail = AREAS[self.area] if self.kind in ("dir", "link-dir") else f"{AREAS[self.area]}, {self.kind}"
         if self.resumed:
             detail += ", holding files close seals that its sealed capsule does not hold"
-        return f"{place}, {detail}"
+        return f"{self.area}/, {detail}"
 
     def as_record(self) -> dict[str, Any]:
         name = self.name if is_safe_id(self.name) else repr(self.name)
@@ -230,6 +277,7 @@ class Entry:
             "kind": self.kind,
             "state": AREAS[self.area],
             "resumed": self.resumed,
+            "writer": self.writer,
         }
 
 
@@ -260,8 +308,10 @@ class Approval:
 
 
 def shown(key: str) -> str:
-    """A run as a message shows it: a safe id (or ``hardware/<safe id>``) as is, anything else escaped."""
-    return key if is_safe_id(key.removeprefix("hardware/")) else repr(key)
+    """A run as a message shows it: a safe id (or ``hardware/<safe id>``, ``quarantine/<safe id>``) as is,
+    anything else escaped."""
+    bare = next((key[len(kind) :] for kind in UNRECEIPTED_KINDS if key.startswith(kind)), key)
+    return key if is_safe_id(bare) else repr(key)
 
 
 def parse_inventory(text: str, box: str, root: str) -> Inventory:
@@ -293,7 +343,7 @@ def parse_inventory(text: str, box: str, root: str) -> Inventory:
                 f"{cannot} (active/{shown(_decoded(words[1], cannot))} cannot be listed: whether training "
                 f"resumed there is not known); {NOTHING_STOPPED}"
             )
-        elif words[0] in ("file", "odd", "unhashed"):
+        elif words[0] in ("file", "odd", "unhashed", "writer"):
             entries[-1] = _with_content(entries[-1] if entries else None, words, line, cannot)
         elif words[0] == "entry":
             if len(words) != 4 or words[1] not in AREAS:
@@ -305,13 +355,18 @@ def parse_inventory(text: str, box: str, root: str) -> Inventory:
 
 
 def _with_content(entry: Entry | None, words: list[str], line: str, cannot: str) -> Entry:
-    """``entry`` with one more line of what the box hashed under it, which must name exactly that entry."""
-    shapes = {"file": 6, "odd": 4, "unhashed": 3}
+    """``entry`` with one more line of what the box hashed or probed under it, which must name exactly that
+    entry."""
+    shapes = {"file": 6, "odd": 4, "unhashed": 3, "writer": 4}
     if entry is None or len(words) != shapes[words[0]] or words[1:3] != [entry.area, _encoded(entry.name)]:
         raise Refused(f"{cannot} (an unexpected listing line {line[:80]!r}); {NOTHING_STOPPED}")
     where = f"{entry.area}/{shown(entry.name)}"
     if words[0] == "unhashed":
         raise Refused(f"{cannot} ({where} holds a file or folder it cannot read); {NOTHING_STOPPED}")
+    if words[0] == "writer":
+        if entry.area != "active" or words[3] not in LIVE_WRITER:
+            raise Refused(f"{cannot} (an unexpected listing line {line[:80]!r}); {NOTHING_STOPPED}")
+        return replace(entry, writer=words[3])
     path = _decoded(words[3], cannot)
     if words[0] == "odd":
         return replace(entry, odd=(*entry.odd, path))
@@ -355,7 +410,8 @@ def _encoded(name: str) -> str:
 def inventory_command(box: Box) -> str:
     return (
         f"R={shlex.quote(str(box.root))}\nSEALED={shlex.quote(' '.join(SEALED_ENTRIES))}\n"
-        f"PY={shlex.quote(box.python)}\nHASHER={shlex.quote(HASHER)}\n{INVENTORY}"
+        f"PY={shlex.quote(box.python)}\nHASHER={shlex.quote(HASHER)}\nLOCK={shlex.quote(LOCK_FILE)}\n"
+        f"WRITER={shlex.quote(WRITER)}\n{INVENTORY}"
     )
 
 
@@ -410,20 +466,23 @@ def coverage(root: Path, named: Sequence[str], inventory: Inventory, abandon: It
     uncovered: list[str] = []
     for key in wanted:
         places = "; ".join(entry.where for entry in found[key]) if key in found else "named, not on the box"
-        if any(entry.hardware for entry in found.get(key, ())):
+        entries = found.get(key, ())
+        if any(entry.hardware for entry in entries):
             why = (
                 "a hardware capsule, which no pull manifest lists (runaudit manifest leaves hardware/ out), "
                 "so no receipt covers it; copy it home yourself, then abandon it by this exact name"
             )
+        elif any(entry.area == "quarantine" for entry in entries):
+            why = _quarantined(key.removeprefix("quarantine/"))
         elif not is_safe_id(key):
             why = "not a safe run id, so no receipt can cover it; abandon it by this exact name"
+        elif writers := {entry.writer for entry in entries if entry.writer is not None}:
+            why = LIVE_WRITER["held" if "held" in writers else "unknown"].format(run=key, lock=LOCK_FILE)
         elif status is not None and (problems := status.runs[key].problems):
             why = "; ".join(line.removeprefix(f"run {key}: ") for line in problems)
-        elif any(entry.newer_than_a_receipt for entry in found.get(key, ())):
+        elif any(entry.newer_than_a_receipt for entry in entries):
             why = "the box holds bytes of it that its receipt, which covers only the bytes it verified, does not"
-        elif status is not None and (
-            differences := _unlike_the_receipt(found.get(key, ()), status.runs[key])
-        ):
+        elif status is not None and (differences := _unlike_the_receipt(entries, status.runs[key])):
             why = differences
         else:
             continue
@@ -436,6 +495,17 @@ def coverage(root: Path, named: Sequence[str], inventory: Inventory, abandon: It
         )
     receipts = status.runs if status is not None else {}
     return Approval(inventory, list(named), dict(receipts), abandoned)
+
+
+def _quarantined(name: str) -> str:
+    """Why a quarantined attempt blocks: its bytes are a close that failed, which nothing brings home."""
+    match = QUARANTINED.fullmatch(name)
+    of_run = f" of run {match['run']}" if match and is_safe_id(match["run"]) else ""
+    return (
+        f"a close{of_run} that failed, kept on the box with its reasons ({REASON_FILE}); no pull brings a "
+        "quarantined attempt home and no receipt covers it, so tearing down deletes it: copy it home if you "
+        "want it, then abandon it by this exact name"
+    )
 
 
 def _unlike_the_receipt(entries: Iterable[Entry], receipt: RunReceipt) -> str | None:

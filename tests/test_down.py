@@ -11,6 +11,7 @@ import json
 import os
 import shutil
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +34,7 @@ from runaudit.runners.down import (
     mark_resumed,
     parse_inventory,
     record_path,
+    shown,
 )
 
 RUNPOD_TERMINATE = 'how = "console or `runpodctl remove pod <id>`"\n'
@@ -393,18 +395,51 @@ def test_abandon_must_name_something_on_the_box_and_not_a_run_claimed_home(proje
         approve(project, listing, roster=(DEMO_RUN_ID,), abandon=(DEMO_RUN_ID, "d4"))
 
 
-def test_quarantined_attempts_map_back_to_their_run(project: Path) -> None:
-    listing = inventory(
-        ("export", DEMO_RUN_ID),
-        ("quarantine", f"{DEMO_RUN_ID}--20260101T000000Z-abc123"),  # covered by the demo's receipt
-        ("quarantine", "d5--20260102T030405Z-0f0f0f"),
-    )
+def test_a_quarantined_attempt_is_covered_by_no_receipt_only_by_its_own_name(project: Path) -> None:
+    """A close that failed is bytes no pull brought home: the run's receipt (of the capsule sealed later)
+    covered it before, and tearing down deleted it, its reasons with it."""
+    attempt = f"{DEMO_RUN_ID}--20260101T000000Z-abc123"
+    listing = inventory(project, ("export", DEMO_RUN_ID), ("quarantine", attempt))
     with pytest.raises(
-        Refused, match=r"d5 \(quarantine/d5--20260102T030405Z-0f0f0f, quarantined\)"
+        Refused,
+        match=rf"quarantine/{attempt} \(quarantine/, quarantined\): a close of run {DEMO_RUN_ID} that failed",
     ) as refused:
         approve(project, listing)
-    assert f"{DEMO_RUN_ID} (" not in str(refused.value)
-    assert approve(project, listing, abandon=("d5",)).abandoned == ["d5"]
+    assert f"{DEMO_RUN_ID} (export" not in str(refused.value)  # the sealed capsule itself is covered
+    with pytest.raises(Refused, match=rf"quarantine/{attempt} \(quarantine/"):
+        approve(project, listing, abandon=(DEMO_RUN_ID,))  # abandoning the run is not abandoning the attempt
+    approval = approve(project, listing, abandon=(f"quarantine/{attempt}",))
+    assert approval.abandoned == [f"quarantine/{attempt}"] and list(approval.receipts) == [DEMO_RUN_ID]
+    # An attempt of a run never pulled, and a name that is no attempt, are abandoned the same way.
+    listing = inventory(project, ("quarantine", "d5--20260102T030405Z-0f0f0f"), ("quarantine", "loose"))
+    with pytest.raises(Refused, match=r"quarantine/d5--20260102T030405Z-0f0f0f .*quarantine/loose \("):
+        approve(project, listing)
+    keys = ("quarantine/d5--20260102T030405Z-0f0f0f", "quarantine/loose")
+    assert approve(project, listing, abandon=keys).abandoned == list(keys)
+
+
+def test_a_run_still_training_blocks_even_when_its_files_are_the_pulled_ones(project: Path) -> None:
+    """A live run whose workspace holds the sealed bytes (a close across filesystems leaves that copy) was
+    approved while a trainer held its lock: tearing down killed the training in mid-write."""
+    sealed = as_pulled(project, DEMO_RUN_ID)
+    held = {("active", DEMO_RUN_ID): sealed}
+    listing = inventory(project, ("export", DEMO_RUN_ID), ("active", DEMO_RUN_ID), holding=held)
+    assert list(approve(project, listing).receipts) == [DEMO_RUN_ID]  # a closed run's copy: approved
+    for state, reason in (
+        ("held", "a writer holds active/"),
+        ("unknown", rf"its active/{DEMO_RUN_ID}/\.writer\.lock is not a plain file"),
+    ):
+        live = Inventory(
+            listing.box,
+            listing.root,
+            tuple(
+                replace(entry, writer=state) if entry.area == "active" else entry for entry in listing.entries
+            ),
+            listing.areas,
+        )
+        with pytest.raises(Refused, match=rf"{DEMO_RUN_ID} \(export/, sealed; active/, live\): {reason}"):
+            approve(project, live)
+        assert approve(project, live, abandon=(DEMO_RUN_ID,)).abandoned == [DEMO_RUN_ID]
 
 
 def test_an_unsafe_name_is_escaped_and_needs_its_exact_abandon(project: Path) -> None:
@@ -461,6 +496,7 @@ def test_the_listing_is_decoded_strictly() -> None:
             f"file active {hexed('d4')} {hexed('last.pth')} 16 {digest}",  # no sealed capsule of d4: resumed
             f"entry active dir {hexed('d5')}",
             f"file active {hexed('d5')} {hexed('best.pth')} 16 {digest}",  # a copy of the sealed one: not
+            f"writer active {hexed('d5')} held",  # but a trainer holds its lock
             f"entry export dir {hexed('d5')}",
             f"file export {hexed('d5')} {hexed('best.pth')} 16 {digest}",
             f"file export {hexed('d5')} {hexed(two_lines)} 3 {digest}",
@@ -481,8 +517,9 @@ def test_the_listing_is_decoded_strictly() -> None:
         ("export", "d5", "d5", False),
         ("export/.partial", "d6", "d6", False),
         ("export/hardware", "hardware/h1", None, False),  # no receipt covers a hardware capsule
-        ("quarantine", "odd\udcff", None, False),
+        ("quarantine", "quarantine/odd\udcff", None, False),  # nor a quarantined attempt
     ]
+    assert [entry.writer for entry in found.entries] == [None, "held", None, None, None, None]
     assert found.entries[2].files == (("best.pth", 16, digest), (two_lines, 3, digest))
     assert found.entries[2].odd == ("link",) and found.areas == ("active",)
     assert found.entries[3].where == "export/.partial/, closing, interrupted"
@@ -493,23 +530,26 @@ def test_the_listing_is_decoded_strictly() -> None:
         parse_inventory(
             answer.replace("inventory=complete", f"unlisted {hexed('d5')}\ninventory=complete"), "b", "/r"
         )
-    # A quarantined attempt's name must be <id>--<attempt> whole: a line break after it makes it no attempt.
+    # A quarantined attempt is abandoned by its exact name, shown escaped where it is not a safe id.
     [odd] = parse_inventory(
         f"entry quarantine dir {hexed('d4--20260101T000000Z-abc123' + chr(10))}\ninventory=complete",
         "b",
         "/r",
     ).entries
-    assert odd.run_id is None
+    assert odd.run_id is None and shown(odd.key) == repr("quarantine/d4--20260101T000000Z-abc123\n")
     for stray in (
         f"file quarantine {hexed('d4')} {hexed('x')} 1 {digest}",
         f"file active {hexed('d4')} {hexed('x')} 1 {digest}",  # d4 is not the entry listed last
         f"file quarantine {hexed('odd' + chr(0xDCFF))} {hexed('x')} -1 {digest}",
         f"file quarantine {hexed('odd' + chr(0xDCFF))} {hexed('x')} 1 {digest[:-1]}",
         f"odd quarantine {hexed('odd' + chr(0xDCFF))}",
+        f"writer quarantine {hexed('odd' + chr(0xDCFF))} held",  # only a live run has a writer
     ):
         lines = answer.replace("inventory=complete", f"{stray}\ninventory=complete")
         with pytest.raises(Refused, match="unexpected listing line"):
             parse_inventory(lines, "me@box:22", "/r")
+    with pytest.raises(Refused, match="unexpected listing line"):
+        parse_inventory(answer.replace("held", "maybe"), "me@box:22", "/r")
     with pytest.raises(Refused, match=r"export/d5 holds a file or folder it cannot read"):
         parse_inventory(
             answer.replace("odd export", "unhashed export").replace(f" {hexed('link')}", ""), "b", "/r"

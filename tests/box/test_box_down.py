@@ -21,6 +21,8 @@ from test_box_pull import build_manifest_on_box
 from runaudit.cli import main
 from runaudit.examples.digits.build import DEMO_RUN_ID
 from runaudit.manifest import RECEIPT
+from runaudit.runners.close import SEALED_ENTRIES
+from runaudit.workspace import LOCK_FILE, try_lock
 
 
 @dataclass(frozen=True)
@@ -207,22 +209,59 @@ def test_a_remote_root_holding_none_of_the_projects_folders_is_refused_even_for_
     assert "holds none of active/, export/" in refused(capsys)
 
 
-def test_a_quarantined_run_blocks_the_same_way(
+def test_a_quarantined_attempt_blocks_until_it_is_abandoned_by_its_own_name(
     sshbox: SshBox, pulled: Pulled, box: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    attempt = box / "quarantine" / "d5--20260101T000000Z-abc123"
+    """A failed close of the demo itself was approved on the demo's receipt: its bytes were never pulled."""
+    name = f"{DEMO_RUN_ID}--20260101T000000Z-abc123"
+    attempt = box / "quarantine" / name
     attempt.mkdir(parents=True)
-    (attempt / "QUARANTINE_REASON.txt").write_text("close d5 refused\n")
+    (attempt / "QUARANTINE_REASON.txt").write_text(f"close {DEMO_RUN_ID} refused\n")
     assert down(sshbox, pulled, box) == 2  # no --run: the roster is what the box holds
     err = refused(capsys)
-    assert "d5 (quarantine/d5--20260101T000000Z-abc123, quarantined): no pull manifest names it" in err
+    assert f"quarantine/{name} (quarantine/, quarantined): a close of run {DEMO_RUN_ID} that failed" in err
 
-    assert down(sshbox, pulled, box, "--abandon", "d5") == 0
+    assert down(sshbox, pulled, box, "--abandon", DEMO_RUN_ID) == 2  # that is the run, not the attempt
+    capsys.readouterr()
+    assert down(sshbox, pulled, box, "--abandon", f"quarantine/{name}") == 0
     record = approved_record(capsys.readouterr().out)
-    assert record["abandoned"] == ["d5"] and record["named"] == []
-    assert ("quarantine", "d5", "quarantined") in [
+    assert record["abandoned"] == [f"quarantine/{name}"] and record["named"] == []
+    assert record["receipts"][DEMO_RUN_ID]["pull_id"] == "p1"
+    assert ("quarantine", f"quarantine/{name}", "quarantined") in [
         (item["area"], item["run"], item["state"]) for item in record["inventory"]
     ]
+    assert (attempt / "QUARANTINE_REASON.txt").is_file()  # down only listed the box
+
+
+def test_a_run_still_training_blocks_while_its_writer_holds_the_lock(
+    sshbox: SshBox, pulled: Pulled, box: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The workspace holds the bytes that were pulled (a close across filesystems leaves that copy), and a
+    trainer holds its lock: down approved, and the teardown killed the training it did not see."""
+    workspace = box / "active" / DEMO_RUN_ID
+    for name in SEALED_ENTRIES:
+        sealed = box / "export" / DEMO_RUN_ID / name
+        if sealed.is_dir():
+            shutil.copytree(sealed, workspace / name)
+        elif sealed.is_file():
+            workspace.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(sealed, workspace / name)
+    lock = try_lock(workspace)  # what runaudit.writer.RunWriter holds while the run trains
+    assert lock is not None
+    try:
+        assert down(sshbox, pulled, box) == 2
+        err = refused(capsys)
+        assert f"{DEMO_RUN_ID} (active/, live; export/, sealed): a writer holds active/{DEMO_RUN_ID}" in err
+    finally:
+        lock.close()
+    assert down(sshbox, pulled, box) == 0  # the trainer is gone: its folder is the sealed copy, approved
+    record = approved_record(capsys.readouterr().out)
+    assert [item["writer"] for item in record["inventory"]] == [None, None]
+
+    (workspace / LOCK_FILE).unlink()
+    os.mkfifo(workspace / LOCK_FILE)  # not a lock any writer could hold, and nothing to open blocking
+    assert down(sshbox, pulled, box) == 2
+    assert f"its active/{DEMO_RUN_ID}/{LOCK_FILE} is not a plain file the box could probe" in refused(capsys)
 
 
 def test_a_box_that_cannot_be_listed_is_never_approved(
@@ -263,17 +302,21 @@ def test_an_unsafe_name_on_the_box_is_escaped_and_needs_its_exact_abandon(
     assert down(sshbox, pulled, box) == 2
     err = refused(capsys)
     assert "'..x' (active/, live): not a safe run id" in err
-    assert "'run 2' (export/, sealed)" in err and "'two\\nlines' (quarantine/, quarantined, file)" in err
+    assert (
+        "'run 2' (export/, sealed)" in err
+        and "'quarantine/two\\nlines' (quarantine/, quarantined, file)" in err
+    )
 
     assert down(sshbox, pulled, box, "--abandon", "..x", "--abandon", "run 2") == 2
     err = refused(capsys)
-    assert "'two\\nlines'" in err and "'..x' (" not in err and "'run 2' (" not in err
-    assert down(sshbox, pulled, box, "--abandon", "two lines", "--abandon", "..x", "--abandon", "run 2") == 2
-    assert "--abandon 'two lines' names nothing" in refused(capsys)
+    assert "'quarantine/two\\nlines'" in err and "'..x' (" not in err and "'run 2' (" not in err
+    exact = ("--abandon", "..x", "--abandon", "run 2")
+    assert down(sshbox, pulled, box, "--abandon", "quarantine/two lines", *exact) == 2
+    assert "--abandon 'quarantine/two lines' names nothing" in refused(capsys)
 
-    assert down(sshbox, pulled, box, "--abandon", "two\nlines", "--abandon", "..x", "--abandon", "run 2") == 0
+    assert down(sshbox, pulled, box, "--abandon", "quarantine/two\nlines", *exact) == 0
     record = approved_record(capsys.readouterr().out)
-    assert record["abandoned"] == ["'two\\nlines'", "'..x'", "'run 2'"]
+    assert record["abandoned"] == ["'quarantine/two\\nlines'", "'..x'", "'run 2'"]
     assert record["roster"] == [DEMO_RUN_ID]
 
 
