@@ -3,44 +3,89 @@
 A receipt says the bytes are home. A capsule folder that is a symlink is refused for that reason
 (:func:`runaudit.manifest.folder_detour`), but a folder on an sshfs mount passed every check: verify,
 the report's banner and ``runaudit down`` all said yes over bytes that were the box's own, gone with it.
-Filesystems that are another machine's folder over SSH are refused the same way. Network storage that
-outlives any one box (NFS, Lustre, GPFS, object-store mounts) is a place users keep their runs and stays
-allowed; so does a system with no ``/proc/self/mountinfo`` (the check then has nothing to read).
+So are refused: a capsule on a filesystem that reaches another machine's folder over the network from a
+client (sshfs, rclone, GNOME's gvfs, WebDAV, FTP), which may be the box itself; one in memory (tmpfs,
+ramfs), gone at the next reboot; and a capsule folder with anything mounted inside it, whose files are
+then not all on the disk that holds the folder. Network storage that outlives any one box (NFS, Lustre,
+GPFS, CephFS) is where users keep their runs and stays allowed; so does a system with no
+``/proc/self/mountinfo`` (the check then has nothing to read).
 """
 
 from __future__ import annotations
 
 import os
 import re
+from dataclasses import dataclass
 from pathlib import Path
 
 MOUNTINFO = Path("/proc/self/mountinfo")
-# FUSE filesystems that show a folder of another machine reached over SSH.
-OVER_SSH = frozenset({"fuse.sshfs", "sshfs", "fuse.sftp", "fuse.rclone-sftp"})
+# Filesystems that show another machine's folder through a client on this one: any of them may be the box.
+# rclone mounts show as ``fuse.rclone`` whatever its remote (SFTP, or a cloud store it cannot tell apart).
+ANOTHER_MACHINE = frozenset(
+    {
+        "fuse.sshfs",
+        "sshfs",
+        "fuse.sftp",
+        "fuse.rclone",
+        "fuse.gvfsd-fuse",
+        "fuse.curlftpfs",
+        "davfs",
+        "fuse.davfs2",
+    }
+)
+# Filesystems held in memory: nothing on them survives a reboot.
+IN_MEMORY = frozenset({"tmpfs", "ramfs"})
 
 
-def over_ssh(path: Path) -> str | None:
-    """Why ``path`` lies on another machine's folder mounted over SSH (the mount and its source), or None."""
+@dataclass(frozen=True)
+class Mount:
+    point: str
+    kind: str
+    source: str
+
+
+def _mounts() -> list[Mount]:
+    """The mount table, in mount order; empty where the kernel shows none."""
     try:
         table = MOUNTINFO.read_text(encoding="utf-8", errors="surrogateescape")
     except OSError:
-        return None
-    target = os.path.realpath(path)
-    best: tuple[int, str, str, str] | None = None
+        return []
+    mounts = []
     for line in table.splitlines():
         head, _, tail = line.partition(" - ")
         fields, described = head.split(" "), tail.split(" ")
-        if len(fields) < 5 or len(described) < 2:
-            continue
-        point = _unescaped(fields[4])
-        inside = target == point or target.startswith(point.rstrip("/") + "/")
-        if inside and (best is None or len(point) >= best[0]):  # the last, deepest mount wins
-            best = (len(point), point, described[0], _unescaped(described[1]))
-    if best is None or best[2] not in OVER_SSH:
-        return None
-    return (
-        f"{path} lies on {best[1]}, a {best[2]} mount of {best[3]}: another machine's folder, not a copy here"
-    )
+        if len(fields) >= 5 and len(described) >= 2:
+            mounts.append(Mount(_unescaped(fields[4]), described[0], _unescaped(described[1])))
+    return mounts
+
+
+def not_home(path: Path) -> str | None:
+    """Why the folder ``path`` is not a copy of its bytes on this machine's own storage, or None."""
+    mounts = _mounts()
+    target = os.path.realpath(path)
+    holding: Mount | None = None
+    for mount in mounts:  # the last, deepest mount over the path is the one that holds it
+        if _inside(target, mount.point) and (holding is None or len(mount.point) >= len(holding.point)):
+            holding = mount
+    if holding is not None and holding.kind in ANOTHER_MACHINE:
+        return (
+            f"{path} lies on {holding.point}, a {holding.kind} mount of {holding.source}: another machine's "
+            "folder, not a copy here"
+        )
+    if holding is not None and holding.kind in IN_MEMORY:
+        return f"{path} lies on {holding.point}, a {holding.kind} in memory: gone at the next reboot"
+    if below := next(
+        (mount for mount in mounts if _inside(mount.point, target) and mount.point != target), None
+    ):
+        return (
+            f"{below.point}, inside {path}, is a {below.kind} mount of {below.source}: its files are not on the "
+            "disk that holds the capsule folder"
+        )
+    return None
+
+
+def _inside(path: str, folder: str) -> bool:
+    return path == folder or path.startswith(folder.rstrip("/") + "/")
 
 
 def _unescaped(field: str) -> str:

@@ -326,7 +326,7 @@ def test_a_forged_hash_cache_entry_never_makes_the_receipt_or_the_banner_say_yes
     assert receipt["verdict"] == "failed" and "train.csv" in receipt["message"]
 
 
-def test_a_verified_copy_on_another_machine_s_folder_mounted_over_ssh_is_no_copy(
+def test_a_verified_copy_on_another_machine_s_folder_or_in_memory_is_no_copy(
     project: Path, capsule_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """``runs/`` as an sshfs mount of the box's ``export/``: verify wrote a receipt, the report's banner and
@@ -346,6 +346,23 @@ def test_a_verified_copy_on_another_machine_s_folder_mounted_over_ssh_is_no_copy
     assert not status.ok
     assert (
         "a fuse.sshfs mount of me@gpu-box:/srv/project/export: another machine's folder" in status.problems[0]
+    )
+    # rclone and gvfs reach the box the same way (the attack's rclone mount was approved), and a copy in
+    # memory is gone at the next reboot.
+    for kind, source, why in (
+        ("fuse.rclone", "gpu-box:/srv/project/export", "a fuse.rclone mount of gpu-box:/srv/project/export"),
+        ("fuse.gvfsd-fuse", "gvfsd-fuse", "a fuse.gvfsd-fuse mount of gvfsd-fuse: another machine's"),
+        ("tmpfs", "tmpfs", "a tmpfs in memory: gone at the next reboot"),
+    ):
+        table.write_text(real + f"900 1 0:99 / {point} rw - {kind} {source} rw\n")
+        status = receipt_status(project, [DEMO_RUN_ID])
+        assert not status.ok and why in status.problems[0]
+    # A mount inside the capsule folder: most of its files were the box's, and verify wrote a receipt.
+    inner = str((capsule_dir / "test").resolve()).replace(" ", "\\040")
+    table.write_text(real + f"900 1 0:99 / {inner} rw - ext4 /dev/sdb1 rw\n")
+    status = receipt_status(project, [DEMO_RUN_ID])
+    assert (
+        not status.ok and "is a ext4 mount of /dev/sdb1: its files are not on the disk" in status.problems[0]
     )
     # Storage that outlives the box (NFS, Lustre) is where users keep runs: still a copy.
     table.write_text(real + f"900 1 0:99 / {point} rw - nfs4 filer:/projects rw\n")
