@@ -47,6 +47,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import functools
+import os
 import re
 import shlex
 import subprocess
@@ -62,7 +63,7 @@ from runaudit.clock import stamp, utc_text
 from runaudit.ids import is_safe_id
 from runaudit.platforms import Profile
 from runaudit.receipts import RunReceipt, receipt_status
-from runaudit.roster import parse_roster
+from runaudit.roster import parse_roster, read_roster
 from runaudit.runners.box import Box, add_box_arguments, box_from_args
 from runaudit.runners.close import REASON_FILE, SEALED_ENTRIES
 from runaudit.runners.ssh import UNKNOWN_STATE, Remote
@@ -73,6 +74,9 @@ RECORD_VERSION = "runaudit.teardown/1"
 # The listing hashes every capsule on the box: tens of GiB at the disk's rate (a few hundred MB/s) take minutes.
 INVENTORY_TIMEOUT_S = 3600
 NOTHING_STOPPED = "nothing was stopped"
+# ``--abandon=NAME`` with the equals sign: a name from the box may start with "-", which argparse would
+# otherwise take for an option.
+ABANDON_BY_NAME = "abandon it by this exact name (--abandon=NAME)"
 # Where runs live on the box, and what being there means. Order is the order they are reported in.
 AREAS: Mapping[str, str] = {
     "active": "live",
@@ -83,6 +87,8 @@ AREAS: Mapping[str, str] = {
     "runs/hardware": "accepted",
     "quarantine": "quarantined",
 }
+# What an entry that is a folder (or a link to one) is listed as.
+FOLDER_KINDS = ("dir", "link-dir")
 # Areas whose folders are whole capsules: the box's copy must be, file for file, what the receipt verified.
 CAPSULE_AREAS = ("export", "runs")
 # Hardware capsules: ``runaudit manifest`` lists none (runners/manifest.py), so no receipt can cover one.
@@ -93,7 +99,7 @@ UNRECEIPTED_KINDS = ("hardware/", "quarantine/")
 HOUSEKEEPING = {
     ("export", ".partial"): ("dir", "link-dir"),
     ("export", "hardware"): ("dir", "link-dir"),
-    ("export", ".close.lock"): ("file",),
+    ("export", ".close.lock"): ("empty",),  # a lock file holding bytes is not close's
     ("runs", "hardware"): ("dir", "link-dir"),
 }
 # Why a live run whose writer lock is held, or could not be probed, blocks: the trainer writes bytes no
@@ -112,18 +118,25 @@ LIVE_WRITER = {
 QUARANTINED = re.compile(r"(?P<run>.+)--\d{8}T\d{6}Z-[0-9a-f]{6}", re.DOTALL)  # matched whole (fullmatch)
 
 # POSIX sh, read-only. Every name goes back hex-encoded (a name may hold a newline or any byte), and a
-# final sentinel shows that the answer was not cut short. Symlinked areas are followed (a data disk). The
-# files of every sealed or accepted capsule folder (export/<id>, runs/<id>) and of every entry close seals
-# in a live run's folder go back with their size and SHA-256, hashed on the box by :data:`HASHER`: what a
-# receipt covers is compared by content, never by name or clock. A live folder that cannot be read is
-# ``unlisted``; a live folder's writer lock is probed by :data:`WRITER`.
+# final sentinel shows that the answer was not cut short. Symlinked areas are followed (a data disk), and
+# so is a live run's folder that is a link (a workspace on the data disk). The files of every sealed or
+# accepted capsule folder (export/<id>, runs/<id>) and of every entry close seals in a live run's folder
+# go back with their size and SHA-256, hashed on the box by :data:`HASHER`: what a receipt covers is
+# compared by content, never by name or clock. A live folder that cannot be read is ``unlisted``; a live
+# folder's writer lock is probed by :data:`WRITER`. The box's Python runs isolated (``-I``: no module of
+# the login folder shadows the standard library), and its answer counts only when it says it finished: a
+# ``--python`` that exits 0 having printed nothing (a broken shim) hashed nothing.
 INVENTORY = r"""
 if [ ! -d "$R" ]; then echo "root=missing"; echo "inventory=complete"; exit 0; fi
 echo "root=present"
 if ! command -v "$PY" >/dev/null 2>&1; then echo "hasher=missing"; echo "inventory=complete"; exit 0; fi
 digests() {
   label=$1; base=$2; shift 2
-  "$PY" -c "$HASHER" "$label" "$base" "$@" || echo "unhashed $label"
+  out=$("$PY" -I -c "$HASHER" "$label" "$base" "$@") || out=
+  case "$out" in
+    *"hashed $label") printf '%s\n' "$out" ;;
+    *) echo "unhashed $label" ;;
+  esac
 }
 for area in active export export/.partial export/hardware runs runs/hardware quarantine; do
   d="$R/$area"
@@ -135,11 +148,12 @@ for area in active export export/.partial export/hardware runs runs/hardware qua
     if [ -L "$p" ] && [ -d "$p" ]; then kind=link-dir
     elif [ -L "$p" ]; then kind=link
     elif [ -d "$p" ]; then kind=dir
-    elif [ -f "$p" ]; then kind=file
+    elif [ -f "$p" ] && [ -s "$p" ]; then kind=file
+    elif [ -f "$p" ]; then kind=empty
     else kind=other; fi
     hex=$(printf '%s' "${p##*/}" | od -An -v -tx1 | tr -d ' \n')
     echo "entry $area $kind $hex"
-    if [ "$kind" != dir ]; then continue; fi
+    if [ "$kind" != dir ] && [ "$area $kind" != "active link-dir" ]; then continue; fi
     case "$area/${p##*/}" in export/.partial|export/hardware|runs/hardware) continue ;; esac
     case "$area" in
       export|runs) digests "$area $hex" "$p" "$p" ;;
@@ -151,7 +165,8 @@ for area in active export export/.partial export/hardware runs runs/hardware qua
         done
         if [ $# -gt 0 ]; then digests "$area $hex" "$p" "$@"; fi
         if [ -e "$p/$LOCK" ] || [ -L "$p/$LOCK" ]; then
-          "$PY" -c "$WRITER" "$area $hex" "$p/$LOCK" || echo "writer $area $hex unknown"
+          state=$("$PY" -I -c "$WRITER" "$p/$LOCK") || state=
+          case "$state" in free) ;; held) echo "writer $area $hex held" ;; *) echo "writer $area $hex unknown" ;; esac
         fi ;;
     esac
   done
@@ -161,8 +176,9 @@ echo "inventory=complete"
 
 # Run by the box's Python (one process per folder; a shell loop forked six processes a file): every path
 # below the arguments, without following a link, as ``file <label> <hex path> <size> <sha256>`` for a
-# regular file, ``odd <label> <hex path>`` for anything else, and ``unhashed <label>`` for what cannot be
-# read or walked. Paths are relative to the base, hex-encoded as the listing's names are.
+# regular file, ``odd <label> <hex path>`` for anything else, then ``hashed <label>``; it exits 1 at the
+# first thing it cannot read or walk (the listing then says ``unhashed <label>``). Paths are relative to
+# the base, hex-encoded as the listing's names are.
 HASHER = r"""
 import hashlib, os, stat, sys
 label, base, pending = sys.argv[1], sys.argv[2], sys.argv[:2:-1]
@@ -185,16 +201,18 @@ while pending:
             print("odd", label, shown(path))
     except OSError:
         print("unhashed", label)
+        sys.exit(1)
+print("hashed", label)
 """
 
 
-# Run by the box's Python on a live run's writer lock (runaudit.workspace): ``writer <label> held`` when a
-# trainer holds it, ``writer <label> unknown`` when it is not a regular file or cannot be opened, nothing
-# when it is free. A shared lock, taken without waiting and dropped at once, is the probe: it can only fail
-# while a writer (or a close) holds the exclusive one.
+# Run by the box's Python on a live run's writer lock (runaudit.workspace): ``held`` when a trainer holds it,
+# ``free`` when nobody does (or the file is gone), ``unknown`` when it is not a regular file or cannot be
+# opened. A shared lock, taken without waiting and dropped at once, is the probe: it can only fail while a
+# writer (or a close) holds the exclusive one.
 WRITER = r"""
 import fcntl, os, stat, sys
-label, path = sys.argv[1], sys.argv[2]
+path = sys.argv[1]
 try:
     fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     try:
@@ -204,11 +222,13 @@ try:
     finally:
         os.close(fd)
 except BlockingIOError:
-    print("writer", label, "held")
+    print("held")
 except FileNotFoundError:
-    pass
+    print("free")
 except OSError:
-    print("writer", label, "unknown")
+    print("unknown")
+else:
+    print("free")
 """
 
 
@@ -263,7 +283,7 @@ class Entry:
     @property
     def where(self) -> str:
         """``active/``, ``quarantine/``, ..., and what being there means."""
-        detail = AREAS[self.area] if self.kind in ("dir", "link-dir") else f"{AREAS[self.area]}, {self.kind}"
+        detail = AREAS[self.area] if self.kind in FOLDER_KINDS else f"{AREAS[self.area]}, {self.kind}"
         if self.resumed:
             detail += ", holding files close seals that its sealed capsule does not hold"
         return f"{self.area}/, {detail}"
@@ -331,6 +351,7 @@ def parse_inventory(text: str, box: str, root: str) -> Inventory:
             f"compared with the receipts); {NOTHING_STOPPED}"
         )
     entries: list[Entry] = []
+    contents: list[_Content] = []  # what the box hashed or probed under each entry, collected in lists
     areas: list[str] = []
     for line in lines:
         words = line.split(" ")
@@ -343,36 +364,65 @@ def parse_inventory(text: str, box: str, root: str) -> Inventory:
                 f"{cannot} (active/{shown(_decoded(words[1], cannot))} cannot be listed: whether training "
                 f"resumed there is not known); {NOTHING_STOPPED}"
             )
-        elif words[0] in ("file", "odd", "unhashed", "writer"):
-            entries[-1] = _with_content(entries[-1] if entries else None, words, line, cannot)
+        elif words[0] in CONTENT_SHAPES:
+            _add_content(entries[-1] if entries else None, contents[-1] if contents else None, words, cannot)
         elif words[0] == "entry":
             if len(words) != 4 or words[1] not in AREAS:
                 raise Refused(f"{cannot} (an unexpected listing line {line[:80]!r}); {NOTHING_STOPPED}")
             name = _decoded(words[3], cannot)
             if words[2] not in HOUSEKEEPING.get((words[1], name), ()):
                 entries.append(Entry(words[1], name, words[2]))
+                contents.append(_Content())
+    entries = [content.given_to(entry) for entry, content in zip(entries, contents, strict=True)]
     return Inventory(box, root, tuple(mark_resumed(entries)), tuple(areas))
 
 
-def _with_content(entry: Entry | None, words: list[str], line: str, cannot: str) -> Entry:
-    """``entry`` with one more line of what the box hashed or probed under it, which must name exactly that
-    entry."""
-    shapes = {"file": 6, "odd": 4, "unhashed": 3, "writer": 4}
-    if entry is None or len(words) != shapes[words[0]] or words[1:3] != [entry.area, _encoded(entry.name)]:
-        raise Refused(f"{cannot} (an unexpected listing line {line[:80]!r}); {NOTHING_STOPPED}")
+# The lines of what the box hashed or probed under the entry listed last, by their number of words.
+CONTENT_SHAPES = {"file": 6, "odd": 4, "hashed": 3, "unhashed": 3, "writer": 4}
+
+
+@dataclass
+class _Content:
+    """What the box hashed or probed under one entry, collected line by line (appending to an entry's
+    tuples instead made a listing quadratic in its files: 80,000 files took 21 s to read)."""
+
+    files: list[tuple[str, int, str]] = field(default_factory=list)
+    odd: list[str] = field(default_factory=list)
+    writer: str | None = None
+
+    def given_to(self, entry: Entry) -> Entry:
+        if not (self.files or self.odd or self.writer):
+            return entry
+        return replace(entry, files=tuple(self.files), odd=tuple(self.odd), writer=self.writer)
+
+
+def _add_content(entry: Entry | None, content: _Content | None, words: list[str], cannot: str) -> None:
+    """Add one line of what the box hashed or probed under ``entry``, which must name exactly that entry."""
+    line = " ".join(words)
+    unexpected = f"{cannot} (an unexpected listing line {line[:80]!r}); {NOTHING_STOPPED}"
+    if (
+        entry is None
+        or content is None
+        or len(words) != CONTENT_SHAPES[words[0]]
+        or words[1:3] != [entry.area, _encoded(entry.name)]
+    ):
+        raise Refused(unexpected)
     where = f"{entry.area}/{shown(entry.name)}"
     if words[0] == "unhashed":
-        raise Refused(f"{cannot} ({where} holds a file or folder it cannot read); {NOTHING_STOPPED}")
+        raise Refused(
+            f"{cannot} (its Python could not hash {where}: a file or folder it cannot read, or a --python "
+            f"that did not run the hasher to its end); {NOTHING_STOPPED}"
+        )
     if words[0] == "writer":
         if entry.area != "active" or words[3] not in LIVE_WRITER:
-            raise Refused(f"{cannot} (an unexpected listing line {line[:80]!r}); {NOTHING_STOPPED}")
-        return replace(entry, writer=words[3])
-    path = _decoded(words[3], cannot)
-    if words[0] == "odd":
-        return replace(entry, odd=(*entry.odd, path))
-    if not words[4].isdigit() or not re.fullmatch(r"[0-9a-f]{64}", words[5]):
-        raise Refused(f"{cannot} (an unexpected listing line {line[:80]!r}); {NOTHING_STOPPED}")
-    return replace(entry, files=(*entry.files, (path, int(words[4]), words[5])))
+            raise Refused(unexpected)
+        content.writer = words[3]
+    elif words[0] == "odd":
+        content.odd.append(_decoded(words[3], cannot))
+    elif words[0] == "file":
+        if not re.fullmatch(r"[0-9]{1,20}", words[4]) or not re.fullmatch(r"[0-9a-f]{64}", words[5]):
+            raise Refused(unexpected)
+        content.files.append((_decoded(words[3], cannot), int(words[4]), words[5]))
 
 
 def mark_resumed(entries: list[Entry]) -> list[Entry]:
@@ -470,12 +520,19 @@ def coverage(root: Path, named: Sequence[str], inventory: Inventory, abandon: It
         if any(entry.hardware for entry in entries):
             why = (
                 "a hardware capsule, which no pull manifest lists (runaudit manifest leaves hardware/ out), "
-                "so no receipt covers it; copy it home yourself, then abandon it by this exact name"
+                f"so no receipt covers it; copy it home yourself, then {ABANDON_BY_NAME}"
             )
         elif any(entry.area == "quarantine" for entry in entries):
             why = _quarantined(key.removeprefix("quarantine/"))
         elif not is_safe_id(key):
-            why = "not a safe run id, so no receipt can cover it; abandon it by this exact name"
+            why = f"not a safe run id, so no receipt can cover it; {ABANDON_BY_NAME}"
+        elif stray := [
+            entry for entry in entries if entry.area == "active" and entry.kind not in FOLDER_KINDS
+        ]:
+            why = (
+                f"active/{key} is a {stray[0].kind}, not a run's folder: what it holds is on no receipt; "
+                f"look on the box, then {ABANDON_BY_NAME}"
+            )
         elif writers := {entry.writer for entry in entries if entry.writer is not None}:
             why = LIVE_WRITER["held" if "held" in writers else "unknown"].format(run=key, lock=LOCK_FILE)
         elif status is not None and (problems := status.runs[key].problems):
@@ -504,7 +561,7 @@ def _quarantined(name: str) -> str:
     return (
         f"a close{of_run} that failed, kept on the box with its reasons ({REASON_FILE}); no pull brings a "
         "quarantined attempt home and no receipt covers it, so tearing down deletes it: copy it home if you "
-        "want it, then abandon it by this exact name"
+        f"want it, then {ABANDON_BY_NAME}"
     )
 
 
@@ -643,7 +700,19 @@ def write_record(
         },
         "abandoned": [shown(key) for key in approval.abandoned],
     }
-    return write_json_atomic(record_path(root, target, now), document)
+    for folder in (root / "_trust", root / "_trust" / "teardowns"):
+        if os.path.lexists(folder) and (folder.is_symlink() or not folder.is_dir()):
+            raise Refused(
+                f"down refused: {folder} is {'a symlink' if folder.is_symlink() else 'not a folder'}; the "
+                f"teardown record is written only in a folder of the project's own; {NOTHING_STOPPED}"
+            )
+    try:
+        return write_json_atomic(record_path(root, target, now), document)
+    except OSError as exc:
+        raise Refused(
+            f"down refused: the teardown record could not be written under {root / '_trust' / 'teardowns'} "
+            f"({exc.strerror or exc}); {NOTHING_STOPPED}"
+        ) from None
 
 
 def teardown(profile: Profile, target: str, *, say: Callable[[str], None] = print) -> int:
@@ -679,12 +748,17 @@ def teardown(profile: Profile, target: str, *, say: Callable[[str], None] = prin
 
 def _roster(args: argparse.Namespace) -> list[str]:
     if args.roster is not None:
-        try:
-            text = args.roster.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            raise Refused(f"down refused: cannot read the roster {args.roster}: {exc}") from None
-        return parse_roster(text, str(args.roster))
+        return read_roster(args.roster)  # a regular file, read up to a cap: a FIFO or /dev/zero is refused
     return parse_roster("\n".join(args.run), "--run") if args.run else []
+
+
+def _target(text: str) -> str:
+    """``--target`` as given: one printable line (it is repeated by ``--confirm`` and printed in the plan)."""
+    if not text.strip() or not text.isprintable():
+        raise argparse.ArgumentTypeError(
+            f"expected the name of what is stopped, on one printable line; got {text!r}"
+        )
+    return text
 
 
 def _main(args: argparse.Namespace) -> int:
@@ -744,7 +818,7 @@ def add_verb(verbs: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         help="a run on the box you accept losing, by its exact name (repeatable); recorded",
     )
     parser.add_argument(
-        "--target", required=True, help="what would be stopped: the instance, pod or box name"
+        "--target", required=True, type=_target, help="what would be stopped: the instance, pod or box name"
     )
     parser.add_argument("--confirm", metavar="TARGET", help="approve the teardown by repeating --target")
     parser.add_argument(

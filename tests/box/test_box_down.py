@@ -264,6 +264,47 @@ def test_a_run_still_training_blocks_while_its_writer_holds_the_lock(
     assert f"its active/{DEMO_RUN_ID}/{LOCK_FILE} is not a plain file the box could probe" in refused(capsys)
 
 
+def test_a_live_run_on_a_data_disk_is_hashed_and_probed_through_its_link(
+    sshbox: SshBox, pulled: Pulled, box: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``active/<id>`` as a link to the data disk, a common layout on rented boxes: training resumed there
+    and a trainer held its lock, and down approved, hashing and probing nothing behind the link."""
+    data_disk = tmp_path / "datadisk" / DEMO_RUN_ID
+    data_disk.mkdir(parents=True)
+    (box / "active").mkdir()
+    (box / "active" / DEMO_RUN_ID).symlink_to(data_disk)
+    (data_disk / "last.pth").write_bytes(b"resumed training")
+    assert down(sshbox, pulled, box) == 2
+    assert f"{DEMO_RUN_ID} (active/, live, holding files close seals" in refused(capsys)
+    (data_disk / "last.pth").unlink()
+    lock = try_lock(data_disk)
+    assert lock is not None
+    try:
+        assert down(sshbox, pulled, box) == 2
+        assert f"a writer holds active/{DEMO_RUN_ID}/{LOCK_FILE}" in refused(capsys)
+    finally:
+        lock.close()
+    # Anything else in a live run's place holds bytes no receipt covers.
+    (box / "active" / DEMO_RUN_ID).unlink()
+    (box / "active" / DEMO_RUN_ID).write_bytes(b"not a folder")
+    assert down(sshbox, pulled, box) == 2
+    assert f"active/{DEMO_RUN_ID} is a file, not a run's folder" in refused(capsys)
+
+
+def test_a_python_that_does_not_hash_is_no_listing(
+    sshbox: SshBox, pulled: Pulled, box: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--python /bin/true`` (a broken shim: exit 0, nothing printed) hashed nothing, and the box then
+    looked like one whose live run held nothing new: approved, with training resumed there."""
+    (box / "active" / DEMO_RUN_ID).mkdir(parents=True)
+    (box / "active" / DEMO_RUN_ID / "last.pth").write_bytes(b"resumed training")
+    shutil.rmtree(box / "export" / DEMO_RUN_ID)
+    assert down(sshbox, pulled, box) == 2  # the control, with the box's real Python
+    capsys.readouterr()
+    assert down(sshbox, pulled, box, "--python", shutil.which("true") or "/bin/true") == 2
+    assert "did not run the hasher to its end" in refused(capsys)
+
+
 def test_a_box_that_cannot_be_listed_is_never_approved(
     sshbox: SshBox, pulled: Pulled, box: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
