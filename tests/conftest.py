@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import importlib
 import io
 import json
@@ -93,6 +94,29 @@ def _share_the_cores() -> None:
 
 
 _share_the_cores()
+
+# Collections of the oldest generation that a test process lets pass before a full one: ten times CPython's 10.
+FULL_COLLECTION_EVERY = 100
+
+
+def _collect_the_heap_less_often() -> None:
+    """Make the test process's full garbage collections ten times rarer.
+
+    A full collection walks every tracked object, and this process holds torch, scipy, matplotlib and
+    pytest: ~0.15 s each on the 2-core development machine, up to ~0.5 s once a worker has run for a while.
+    Each in-process audit session (pytester) leaves enough long-lived objects to start one as soon as it
+    ends and unfreezes the heap (``fixtures/heap.py``), so a worker paid ~7-10 s of CPU for them over the
+    suite (23 s of the suite's ~690 on the three workers). Garbage still goes: most of it by reference
+    counting at once, cycles at the next full collection and in the collections pytest runs as a session
+    ends, which report what a finalizer raised as before. Sessions and programs the tests start in
+    processes of their own keep CPython's default; the verdicts of an in-process session never depend on
+    when its cycles are collected.
+    """
+    first, second, _ = gc.get_threshold()
+    gc.set_threshold(first, second, FULL_COLLECTION_EVERY)
+
+
+_collect_the_heap_less_often()
 
 
 @pytest.fixture(scope="session", autouse=True)
