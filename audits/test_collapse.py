@@ -19,7 +19,7 @@ from runaudit.claims import metric_claims
 from runaudit.fixtures.smoke import Adapter
 from runaudit.fixtures.verdicts import AuditRecorder
 from runaudit.items import SHUFFLE, MissingColumn, align, keyed_scores, primary_condition
-from runaudit.probes import OUTPUT_VALUES_CAP, mean_offdiagonal_cosine
+from runaudit.probes import OUTPUT_VALUES_CAP, mean_offdiagonal_cosine, scaled
 from runaudit.reader import CapsuleReader
 from runaudit.renders import opened_render
 from runaudit.run import DeclaredMetric, DeclaredTest, Run
@@ -88,6 +88,8 @@ def test_output_cosine(
             f"{test.folder}/results.parquet: output vectors are missing or of unequal length {sorted(lengths)}"
         )
     (width,) = lengths
+    if width == 0:
+        audit.not_run(f"{test.folder}/results.parquet: the output vectors are empty: nothing to compare")
     if len(vectors) * width > OUTPUT_VALUES_CAP:
         audit.not_run(
             f"{test.folder}/results.parquet: {len(vectors)} output vectors of {width:,} values each, past the "
@@ -101,6 +103,7 @@ def test_output_cosine(
         .astype(np.float64)
         .reshape(len(vectors), width)
     )
+    matrix = scaled(matrix)  # the spread below squares the values too
     cosine = mean_offdiagonal_cosine(matrix)
     centered = mean_offdiagonal_cosine(matrix, centered=True)
     mean = matrix.mean(axis=0)
@@ -355,8 +358,11 @@ def _live_rows(values: Any) -> np.ndarray:
     return array.reshape(len(array), -1).astype(np.float64)
 
 
-def _live_cosines(rows: np.ndarray) -> dict[str, float]:
+def _live_cosines(audit: AuditRecorder, label: str, what: str, rows: np.ndarray) -> dict[str, float]:
     """Raw and mean-centred cosines, the centred one counting rows equal up to rounding as identical."""
+    if not np.isfinite(rows).all():
+        audit.not_run(f"{label}: the {what} hold NaN or ±inf; cosines compare finite vectors only")
+    rows = scaled(rows)  # no square overflows; every ratio below is unchanged
     centred = rows - rows.mean(axis=0, keepdims=True)
     scale = float(np.sqrt(np.mean(np.sum(rows**2, axis=1)))) or 1.0
     deviation = np.linalg.norm(centred, axis=1)
@@ -377,7 +383,7 @@ def test_input_cosine(adapter: Adapter, audit: AuditRecorder) -> None:
         audit.not_run(
             f"{adapter.label}: {EVAL_BATCH} holds {len(rows)} sample(s); the probe needs two or more"
         )
-    found = _live_cosines(rows)
+    found = _live_cosines(audit, adapter.label, "evaluation inputs", rows)
     per_feature_std = float(rows.std(axis=0).mean())
     audit.evidence(**found, per_feature_std=per_feature_std)
     summary = (
@@ -408,7 +414,7 @@ def test_live_output_cosine(adapter: Adapter, audit: AuditRecorder) -> None:
         audit.not_run(
             f"{adapter.label}: {EVAL_BATCH} gives {len(rows)} output(s); the probe needs two or more"
         )
-    found = _live_cosines(rows)
+    found = _live_cosines(audit, adapter.label, "model's outputs", rows)
     audit.evidence(**found)
     summary = (
         f"outputs of {found['n']} distinct inputs: mean off-diagonal cosine {found['cosine']:.4f}, "

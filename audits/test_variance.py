@@ -484,6 +484,10 @@ def test_precision(
             continue
         item_error = standard_error(scores, metric.aggregation)
         error = max(item_error, seed_error or 0.0) if condition == compared.condition else item_error
+        if not math.isfinite(error):  # NaN compares false with everything: it read as "no finding"
+            audit.not_run(
+                f"{rel}: the standard error of {metric.name} on {condition} is {error}, not a number"
+            )
         supported = decimals_supported(error)
         conditions[condition] = {"standard_error": error, "n": len(scores), "decimals_supported": supported}
         if supported is not None and metric.precision > supported:

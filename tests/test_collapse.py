@@ -130,3 +130,16 @@ def test_identical_renders_are_disclosed(run_audits, project: Path, capsule_dir:
     )
     assert found["verdict"] == "disclosed" and "clean/prediction" in found["message"]
     assert found["evidence"]["groups"]["clean/input"]["identical_pair_share"] < 0.1
+
+
+def test_empty_output_vectors_are_not_compared(run_audits, project: Path, capsule_dir: Path) -> None:
+    """Vectors of no values were disclosed as "the model maps different inputs to the same output": a
+    cosine of nothing is no finding either way."""
+    path = capsule_dir / "test" / "main" / "results.parquet"
+    table = pq.read_table(path)
+    empty = pa.array([[]] * table.num_rows, pa.list_(pa.float32()))
+    pq.write_table(table.set_column(table.schema.get_field_index("output"), "output", empty), path)
+    outcome = run_audits(capsule_dir, project, "-k", "output_cosine or results_table")
+    assert verdict(outcome, "capsule.results_table", "main")["verdict"] == "passed"
+    found = verdict(outcome, "collapse.output_cosine", "main")
+    assert found["verdict"] == "not_run" and "the output vectors are empty" in found["message"]

@@ -305,6 +305,23 @@ def _output_not_finite(table: Any) -> Any:
     )
 
 
+def _outputs_near_the_largest_float(table: Any) -> Any:
+    """Every ``output`` vector the same, of float64 values near the largest: a model collapsed to one output."""
+    import pyarrow as pa
+
+    width = len(table["output"][0].as_py())
+    vectors = pa.array([[1e308] * width] * table.num_rows, pa.list_(pa.float64()))
+    return table.set_column(table.schema.get_field_index("output"), "output", vectors)
+
+
+def _accuracy_infinite(table: Any) -> Any:
+    """Every item scored an infinite ``m.accuracy``, its rows still ``valid``."""
+    import pyarrow as pa
+
+    column = pa.array([float("inf")] * table.num_rows, pa.float64())
+    return table.set_column(table.schema.get_field_index("m.accuracy"), "m.accuracy", column)
+
+
 def _times_not_finite(table: Any) -> Any:
     """A split manifest ``time`` column of NaN and inf only: no row can be placed in time."""
     import pyarrow as pa
@@ -1028,6 +1045,20 @@ CASES = [
         RESULTS_TABLE,
         downstream=("collapse.output_cosine",),
         shows="NaN, ±inf or null although forward_finite is true",
+    ),
+    Case(  # squared, 1e308 overflowed: every unit vector became 0 and the collapsed outputs' cosine 0, passed
+        "results-output-near-the-largest-float",
+        _on_capsule(_results_change(_outputs_near_the_largest_float)),
+        ("collapse.output_cosine",),
+        shows="the model maps different inputs to nearly the same output",
+    ),
+    Case(  # the standard error over infinite scores is NaN, which variance.precision read as "no finding"
+        "results-metric-infinite",
+        _on_capsule(_results_change(_accuracy_infinite)),
+        (*RESULTS_TABLE, "variance.precision"),
+        RESULTS_TABLE,
+        downstream=("variance.precision",),
+        shows="hold NaN or ±inf in m.accuracy",
     ),
     Case(  # leakage.temporal_order passed on times of only NaN and inf, its message cut after a colon
         "split-manifest-time-not-finite",
