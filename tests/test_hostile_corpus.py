@@ -314,6 +314,22 @@ def _outputs_near_the_largest_float(table: Any) -> Any:
     return table.set_column(table.schema.get_field_index("output"), "output", vectors)
 
 
+def _not_utf8(column: str, rows: tuple[int, ...]) -> Callable[[Any], Any]:
+    """``column`` as strings with a byte that is not UTF-8 after the text of ``rows`` (pyarrow writes and
+    reads such strings without a check)."""
+
+    def change(table: Any) -> Any:
+        import pyarrow as pa
+
+        values = [str(value).encode() for value in table[column].to_pylist()]
+        for row in rows:
+            values[row] += b"\xff"
+        broken = pa.array(values, pa.binary()).view(pa.string())
+        return table.set_column(table.schema.get_field_index(column), column, broken)
+
+    return change
+
+
 def _accuracy_infinite(table: Any) -> Any:
     """Every item scored an infinite ``m.accuracy``, its rows still ``valid``."""
     import pyarrow as pa
@@ -1051,6 +1067,20 @@ CASES = [
         _on_capsule(_results_change(_outputs_near_the_largest_float)),
         ("collapse.output_cosine",),
         shows="the model maps different inputs to nearly the same output",
+    ),
+    Case(  # passed capsule.results_table; three collapse audits then ended in an error on the bad bytes
+        "results-sample-id-not-utf8",
+        _on_capsule(_results_change(_not_utf8("sample_id", (0, 359)))),
+        RESULTS_TABLE,
+        RESULTS_TABLE,
+        downstream=("collapse.output_cosine", "collapse.trivial_baseline"),
+    ),
+    Case(  # class labels as strings, one of them not UTF-8: two audits ended in an error
+        "results-label-not-utf8",
+        _on_capsule(_results_change(lambda table: _not_utf8("target", (3,))(_not_utf8("pred", ())(table)))),
+        RESULTS_TABLE,
+        RESULTS_TABLE,
+        downstream=("collapse.prediction_histogram", "collapse.trivial_baseline"),
     ),
     Case(  # the standard error over infinite scores is NaN, which variance.precision read as "no finding"
         "results-metric-infinite",
