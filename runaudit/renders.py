@@ -10,6 +10,7 @@ too, and the similarity probe judged renders the decode audit had failed).
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import IO, TYPE_CHECKING
@@ -18,10 +19,14 @@ if TYPE_CHECKING:
     from PIL import Image
 
 RENDER_PIXELS_CAP = 4096 * 4096
+# Bytes of a render file: its pixel bound at 16-bit RGBA, stored without compression. Pillow reads every
+# ancillary chunk whole before the header is known to it, and keeps the private ones: an 8×8 render
+# carrying chunks of 1 GiB each (a sparse file, 16 KB on disk) held 3.4 GB.
+RENDER_BYTES_CAP = RENDER_PIXELS_CAP * 8
 
 
 class RenderRefused(ValueError):
-    """A render past :data:`RENDER_PIXELS_CAP`; the message gives its size."""
+    """A render past :data:`RENDER_PIXELS_CAP` or :data:`RENDER_BYTES_CAP`; the message gives its size."""
 
 
 @contextmanager
@@ -29,6 +34,12 @@ def opened_render(handle: IO[bytes]) -> Iterator[Image.Image]:
     """The PNG ``handle`` holds, opened (its header read, no pixel decoded) and checked against the bound."""
     from PIL import Image  # deferred: only the audits that decode renders pay for Pillow
 
+    size = os.fstat(handle.fileno()).st_size
+    if size > RENDER_BYTES_CAP:
+        raise RenderRefused(
+            f"{size:,} bytes, past the {RENDER_BYTES_CAP:,} a render of at most {RENDER_PIXELS_CAP:,} pixels needs "
+            "(docs/capsule.md §7)"
+        )
     with Image.open(handle, formats=["PNG"]) as image:
         width, height = image.size
         if width * height > RENDER_PIXELS_CAP:

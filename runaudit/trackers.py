@@ -112,23 +112,45 @@ def read_run(capsule: Path, name: str, files: Iterable[str]) -> TrackerRun:
     )
 
 
+# A tracker log (an event file, a W&B record log) larger than this is refused, not parsed.
+LOG_CAP = 256 << 20
+
+
+def _scalar(tensor: Any, rel: str) -> float:
+    """A scalar summary's one value, its shape checked first: tensorboard's ``make_ndarray`` repeats a
+    lone value out to the declared shape, and a 172-byte event declaring 20000 × 20000 filled 3.4 GB."""
+    from tensorboard.util import tensor_util
+
+    count = 1
+    for dim in tensor.tensor_shape.dim:
+        count *= dim.size
+    if count != 1:
+        shape = " × ".join(str(dim.size) for dim in tensor.tensor_shape.dim)
+        raise TrackerUnreadable(f"{rel}: a scalar summary declares the shape {shape[:80]}, not one value")
+    return float(tensor_util.make_ndarray(tensor).item())
+
+
 def _read_tensorboard(capsule: Path, name: str, files: Iterable[str]) -> TrackerRun:
     """Through tensorboard's own event reader."""
     from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
     from tensorboard.plugins.hparams import plugin_data_pb2
-    from tensorboard.util import tensor_util
 
     run = TrackerRun(name, tuple(files))
     for rel in run.files:
         path = capsule / rel
         try:
-            if not stat.S_ISREG(os.lstat(path).st_mode):
+            info = os.lstat(path)
+            if not stat.S_ISREG(info.st_mode):
                 raise TrackerUnreadable(f"{rel} is not a regular file")
+            if info.st_size > LOG_CAP:
+                raise TrackerUnreadable(
+                    f"{rel} holds {info.st_size} bytes, past the {LOG_CAP}-byte cap of a log"
+                )
             for event in EventFileLoader(str(path)).Load():
                 for value in event.summary.value:
                     plugin = value.metadata.plugin_data.plugin_name
                     if plugin == "scalars":
-                        number = float(tensor_util.make_ndarray(value.tensor).item())
+                        number = _scalar(value.tensor, rel)
                         run.scalars.setdefault(value.tag, {})[int(event.step)] = number
                     elif plugin == "hparams" and value.tag == "_hparams_/session_start_info":
                         data = plugin_data_pb2.HParamsPluginData.FromString(
@@ -151,7 +173,6 @@ def _read_tensorboard(capsule: Path, name: str, files: Iterable[str]) -> Tracker
 WANDB_HEADER = b":W&B\xe1\xbe\x00"
 WANDB_BLOCK = 32768
 FULL, FIRST, MIDDLE, LAST = 1, 2, 3, 4
-WANDB_CAP = 256 << 20  # a tracker log larger than this is refused, not parsed
 WANDB_KEPT = frozenset({"_step", "_runtime", "_timestamp"})  # W&B's own bookkeeping, not logged values
 
 
@@ -207,7 +228,7 @@ def _read_wandb(capsule: Path, name: str, files: Iterable[str]) -> TrackerRun:
     run = TrackerRun(name, tuple(files))
     for rel in run.files:
         try:
-            data = read_regular(capsule / rel, WANDB_CAP)
+            data = read_regular(capsule / rel, LOG_CAP)
         except (OSError, UnsafeFile) as exc:
             raise TrackerUnreadable(f"{rel} cannot be read: {exc}") from None
         for body in wandb_records(data, rel):

@@ -7,6 +7,7 @@ may say not_run when the broken file is their input, never failed or error.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -82,6 +83,22 @@ def test_seeded_defect_fails_exactly_its_audit(run_audits, project: Path, defect
     assert outcome.report["custody_ok"] is False
 
 
+def _with_a_private_chunk(render: Path, size: int) -> None:
+    """``render`` with a private ancillary chunk of ``size`` zero bytes after its header, CRC and all, the
+    chunk a hole of a sparse file: Pillow read such chunks whole and kept them (1 GiB each held 3.4 GB)."""
+    import zlib
+
+    data = render.read_bytes()
+    header, rest = data[:33], data[33:]  # the signature and IHDR
+    crc, zeros = zlib.crc32(b"prVt"), bytes(1 << 20)
+    for _ in range(size >> 20):
+        crc = zlib.crc32(zeros, crc)
+    with render.open("wb") as handle:
+        handle.write(header + size.to_bytes(4, "big") + b"prVt")
+        handle.seek(size, 1)
+        handle.write(crc.to_bytes(4, "big") + rest)
+
+
 def test_renders_of_another_format_or_past_the_pixel_bound_fail_decode_and_stop_the_similarity_probe(
     capsule_dir: Path, project: Path, run_audits: Any
 ) -> None:
@@ -99,9 +116,12 @@ def test_renders_of_another_format_or_past_the_pixel_bound_fail_decode_and_stop_
     buffer = io.BytesIO()
     Image.new("L", (4097, 4096)).save(buffer, format="PNG")
     too_large.write_bytes(buffer.getvalue())
+    _with_a_private_chunk(renders[2], 129 << 20)
     outcome = run_audits(capsule_dir, project, "-k", "vis_decode or vis_identical")
     [decode] = outcome.find("capsule.vis_decode")
     assert decode["verdict"] == "failed" and "4097×4096 pixels, past the 16,777,216" in decode["message"]
+    huge = re.escape(f"{renders[2].relative_to(capsule_dir)} (RenderRefused: ")
+    assert re.search(huge + r"[0-9,]+ bytes, past the 134,217,728", decode["message"])
     assert f"{as_jpeg.relative_to(capsule_dir)} (UnidentifiedImageError" in decode["message"]
     [identical] = outcome.find("collapse.vis_identical")
     assert identical["verdict"] == "not_run" and "a render does not decode" in identical["message"]

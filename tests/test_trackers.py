@@ -164,3 +164,32 @@ def test_a_damaged_wandb_record_is_refused_not_parsed(tmp_path: Path) -> None:
         list(wandb_records(bytes(data), "run-x.wandb"))
     with pytest.raises(TrackerUnreadable, match="header"):
         list(wandb_records(b"PK\x03\x04" + bytes(data[4:]), "run-x.wandb"))
+
+
+def test_a_scalar_declaring_a_huge_shape_is_refused_before_it_is_expanded(tmp_path: Path) -> None:
+    """A 172-byte event whose scalar declared a 20000 × 20000 tensor around one value made the reader fill
+    3.4 GB before it refused it (TensorBoard repeats a lone value out to the shape)."""
+    import resource
+
+    from tensorboard.compat.proto import event_pb2, summary_pb2, tensor_pb2, tensor_shape_pb2, types_pb2
+    from tensorboard.summary.writer.event_file_writer import EventFileWriter
+
+    from runaudit.trackers import TrackerUnreadable, read_run
+
+    folder = tmp_path / "trackers" / "tensorboard" / "digits"
+    writer = EventFileWriter(str(folder))
+    dims = [tensor_shape_pb2.TensorShapeProto.Dim(size=20_000)] * 2
+    tensor = tensor_pb2.TensorProto(
+        dtype=types_pb2.DT_DOUBLE, tensor_shape=tensor_shape_pb2.TensorShapeProto(dim=dims), double_val=[0.5]
+    )
+    scalars = summary_pb2.SummaryMetadata.PluginData(plugin_name="scalars")
+    value = summary_pb2.Summary.Value(
+        tag="train_loss", tensor=tensor, metadata=summary_pb2.SummaryMetadata(plugin_data=scalars)
+    )
+    writer.add_event(event_pb2.Event(wall_time=1.0, step=1, summary=summary_pb2.Summary(value=[value])))
+    writer.close()
+    [log] = folder.glob("events.out.tfevents.*")
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    with pytest.raises(TrackerUnreadable, match="declares the shape 20000 × 20000, not one value"):
+        read_run(tmp_path, "trackers/tensorboard/digits", [log.relative_to(tmp_path).as_posix()])
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 512 << 10  # KiB: far below 3.2 GB
