@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import csv
 import functools
-import io
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from runaudit.history import parse_history
-from runaudit.reader import Unavailable
+from runaudit.reader import Unavailable, csv_lines
 from runaudit.safeio import UnsafeFile, read_regular
 
 MAX_BYTES = 64 * 1024 * 1024
@@ -67,8 +66,8 @@ def _plottable(data: bytes) -> History | str:
     the figure), and a per-step log of a million rows takes seconds to parse; the cache is keyed by the
     bytes themselves, so a changed file is parsed afresh."""
     try:
-        rows = list(csv.reader(io.StringIO(data.decode("utf-8"))))
-    except (UnicodeDecodeError, csv.Error) as exc:
+        rows = csv_lines(data)
+    except (ValueError, csv.Error) as exc:  # UnicodeDecodeError is a ValueError
         return f"train.csv is not readable CSV ({exc})"
     if not rows:
         return "train.csv has no epoch column or no rows"

@@ -216,3 +216,20 @@ def test_a_byte_order_mark_before_the_header_is_no_part_of_the_first_column(
     outcome = run_audits(capsule_dir, project, "-k", "train_csv or counters")
     assert {item["verdict"] for item in outcome.find("capsule.train_csv")} == {"passed"}
     assert {item["verdict"] for item in outcome.find("history.counters")} == {"passed"}
+
+
+def test_train_csv_lines_end_any_way_and_are_bounded_before_they_are_kept() -> None:
+    """A file saved with lone carriage returns (classic Mac line ends) failed with the csv module's own
+    advice; the report's curves read a byte-order mark as part of ``epoch``; a line of a million columns
+    or 64 MiB of blank lines was kept whole, one list per line, for minutes and gigabytes."""
+    from runaudit.reader import CSV_FIELDS_CAP, CSV_LINES_CAP, csv_lines
+
+    rows = [["epoch", "step", "train_loss"], ["0", "1", "2.5"], ["1", "2", "2.0"]]
+    for ending in ("\n", "\r\n", "\r"):
+        data = "\ufeff" + ending.join(",".join(row) for row in rows) + ending
+        assert csv_lines(data.encode()) == rows, repr(ending)
+    with pytest.raises(ValueError, match=f"line 1 has {CSV_FIELDS_CAP + 1:,} fields"):
+        csv_lines(",".join(["x"] * (CSV_FIELDS_CAP + 1)).encode())
+    assert len(csv_lines(b"epoch\n" + b"\n" * (CSV_LINES_CAP - 1))) == CSV_LINES_CAP
+    with pytest.raises(ValueError, match=f"more than {CSV_LINES_CAP:,} lines"):
+        csv_lines(b"epoch\n" + b"\n" * CSV_LINES_CAP)

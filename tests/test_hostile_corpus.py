@@ -647,6 +647,12 @@ def _reencode(rel: str, encoding: str) -> Damage:
     return apply
 
 
+def _blank_lines_after_train_csv(capsule: Path) -> None:
+    """64 MiB of blank lines after ``train.csv``'s rows."""
+    with (capsule / "train.csv").open("ab") as handle:
+        handle.write(b"\n" * (64 << 20))
+
+
 def _train_csv_cell(column: str, value: str) -> Damage:
     """Write ``value`` into ``column`` of the first row of ``train.csv``."""
 
@@ -933,6 +939,27 @@ CASES = [
         downstream=("checkpoint.selection", *HISTORY),
     ),
     Case("train-csv-5000-digit-epoch", _train_csv_cell("epoch", "9" * 5000), TRAIN_CSV + HISTORY, TRAIN_CSV),
+    Case(  # ~7 pyarrow calls per column, before any audit ran (the report parses it at session start): 251 s
+        "train-csv-a-million-columns",
+        _write(
+            lambda project, capsule: capsule / "train.csv",
+            (
+                ",".join(["epoch", "step", "train_loss", *(f"c{i}" for i in range(10**6))]) + "\n0,0,1.0\n"
+            ).encode(),
+        ),
+        TRAIN_CSV + HISTORY,
+        TRAIN_CSV,
+        downstream=HISTORY,
+        shows="fields, past the 1,024 allowed",
+    ),
+    Case(  # one list kept per blank line: 248 s, then MemoryError under the ceiling and 12 error verdicts
+        "train-csv-64-mib-of-blank-lines",
+        _on_capsule(_blank_lines_after_train_csv),
+        TRAIN_CSV + HISTORY,
+        TRAIN_CSV,
+        downstream=HISTORY,
+        shows="more than 2,000,000 lines",
+    ),
     Case("train-csv-step-past-a-float", _train_csv_cell("step", "1e400"), TRAIN_CSV + HISTORY, TRAIN_CSV),
     Case("test-folder-replaced-by-a-file", _on_capsule(_test_folder_as_file), ("capsule.closed_world",)),
     # 3. other hostile bytes (several are being fixed outside this file: see the module docstring)
