@@ -3,6 +3,9 @@ the platform profiles' (runaudit.schema compiles them without the meta-schema ch
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 from jsonschema import Draft202012Validator
 
@@ -53,3 +56,16 @@ def test_the_run_schema_bounds_the_lists_the_run_object_parametrizes_over() -> N
     assert test["conditions"]["allOf"][1]["maxItems"] == MAX_CONDITIONS
     assert test["roles"]["allOf"][1]["maxItems"] == MAX_ROLES
     assert schema["properties"]["protocol"]["properties"]["metrics"]["maxItems"] == MAX_METRICS
+
+
+def test_an_integer_of_the_contract_is_written_without_a_fraction(demo_project: Path) -> None:
+    """``"totals": {"files": 407.0}`` passed the schema (JSON Schema's integer admits 407.0), while every
+    reader took the float for no count: n_test 359.0 then read as "n_test is None" in three other audits."""
+    manifest = json.loads((demo_project / "_trust" / "pulls" / "demo" / "PULL_MANIFEST.json").read_text())
+    assert schema_problems("pull", manifest) == []
+    files = manifest["totals"]["files"]
+    for count in (float(files), True):
+        manifest["totals"]["files"] = count
+        assert [problem.split(":")[0] for problem in schema_problems("pull", manifest)] == [
+            "at /totals/files"
+        ]
