@@ -4,9 +4,9 @@ A receipt says the bytes are home. A capsule folder that is a symlink is refused
 (:func:`runaudit.manifest.folder_detour`), but a folder on an sshfs mount passed every check: verify,
 the report's banner and ``runaudit down`` all said yes over bytes that were the box's own, gone with it.
 So are refused: a capsule on a filesystem that reaches another machine's folder over the network from a
-client (sshfs, rclone, GNOME's gvfs, WebDAV, FTP), which may be the box itself; one in memory (tmpfs,
-ramfs), gone at the next reboot; and a capsule folder with anything mounted inside it, whose files are
-then not all on the disk that holds the folder. Network storage that outlives any one box (NFS, Lustre,
+client (sshfs, rclone, GNOME's gvfs, WebDAV, FTP), which may be the box itself, and a capsule folder with
+anything mounted inside it, whose files are then not all on the disk that holds the folder. A verified
+copy in memory (tmpfs, ramfs), gone at the next reboot, gets no receipt either. Network storage that outlives any one box (NFS, Lustre,
 GPFS, CephFS) is where users keep their runs and stays allowed; so does a system with no
 ``/proc/self/mountinfo`` (the check then has nothing to read).
 """
@@ -59,21 +59,27 @@ def _mounts() -> list[Mount]:
     return mounts
 
 
-def not_home(path: Path) -> str | None:
-    """Why the folder ``path`` is not a copy of its bytes on this machine's own storage, or None."""
-    mounts = _mounts()
+def _holding(path: Path, mounts: list[Mount]) -> Mount | None:
+    """The mount that holds ``path``: the last, deepest one over it."""
     target = os.path.realpath(path)
     holding: Mount | None = None
-    for mount in mounts:  # the last, deepest mount over the path is the one that holds it
+    for mount in mounts:
         if _inside(target, mount.point) and (holding is None or len(mount.point) >= len(holding.point)):
             holding = mount
+    return holding
+
+
+def elsewhere(path: Path) -> str | None:
+    """Why the folder ``path`` is not this machine's bytes (another machine's folder mounted here, or a
+    folder with anything mounted inside it), or None. Every custody audit that lists a capsule asks."""
+    mounts = _mounts()
+    holding = _holding(path, mounts)
     if holding is not None and holding.kind in ANOTHER_MACHINE:
         return (
             f"{path} lies on {holding.point}, a {holding.kind} mount of {holding.source}: another machine's "
             "folder, not a copy here"
         )
-    if holding is not None and holding.kind in IN_MEMORY:
-        return f"{path} lies on {holding.point}, a {holding.kind} in memory: gone at the next reboot"
+    target = os.path.realpath(path)
     if below := next(
         (mount for mount in mounts if _inside(mount.point, target) and mount.point != target), None
     ):
@@ -81,6 +87,16 @@ def not_home(path: Path) -> str | None:
             f"{below.point}, inside {path}, is a {below.kind} mount of {below.source}: its files are not on the "
             "disk that holds the capsule folder"
         )
+    return None
+
+
+def in_memory(path: Path) -> str | None:
+    """Why the folder ``path`` does not survive a reboot (tmpfs, ramfs), or None. Asked only where a
+    receipt is at stake: a capsule sealed on a box's tmpfs is audited like any other, but a verified copy
+    there is no copy to tear the box down on."""
+    holding = _holding(path, _mounts())
+    if holding is not None and holding.kind in IN_MEMORY:
+        return f"{path} lies on {holding.point}, a {holding.kind} in memory: gone at the next reboot"
     return None
 
 

@@ -27,6 +27,7 @@ from typing import Any
 from runaudit import manifest as manifests
 from runaudit.atomic import fsync_dir
 from runaudit.hashing import hash_files, stat_key
+from runaudit.mounts import in_memory
 from runaudit.safeio import kind_of, open_regular
 from runaudit.schema import schema_problems
 
@@ -73,7 +74,7 @@ def bytes_problems(
     hash cache: a forged entry there made the report's answer differ from ``runaudit down``'s.
     """
     holder = root / receipt["holder"]
-    if detour := manifests.folder_detour(holder, run_id):
+    if detour := manifests.folder_detour(holder, run_id) or in_memory(holder / run_id):
         return [detour]
     recorded: Mapping[str, Any] = receipt["stat_keys"]
     problems: list[str] = []

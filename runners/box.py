@@ -53,10 +53,12 @@ def require_run_id(run_id: str) -> str:
 
 
 def remote_root(value: str) -> PurePosixPath:
+    """An absolute path without ``..``, printable: a line break in it reached rsync's protocol, whose own
+    error was all the user saw."""
     path = PurePosixPath(value)
-    if not path.is_absolute() or ".." in path.parts:
+    if not path.is_absolute() or ".." in path.parts or not value.isprintable():
         raise argparse.ArgumentTypeError(
-            f"--remote-root must be an absolute path without '..', given {value!r}"
+            f"--remote-root must be an absolute, printable path without '..', given {value!r}"
         )
     return path
 

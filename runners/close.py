@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
 import fcntl
 import json
 import os
@@ -132,7 +133,22 @@ def working_folder(parent: Path, name: str, *, make: bool = True) -> Path:
 
 def quarantine(candidate: Path, root: Path, run_id: str, reason: str, report: dict[str, Any] | None) -> Path:
     target = working_folder(root, "quarantine") / f"{run_id}--{attempt_id()}"
-    os.rename(candidate, target)
+    try:
+        os.rename(candidate, target)
+    except OSError as exc:
+        if exc.errno != errno.EXDEV:
+            raise
+        # export/ links to another disk, so its .partial/ is there and quarantine/ is not: a rename
+        # between them raised a traceback and left the refused attempt in .partial/. It is copied over.
+        try:
+            shutil.copytree(candidate, target, symlinks=True)
+        except OSError as error:  # shutil.Error too
+            shutil.rmtree(target, ignore_errors=True)
+            raise CloseError(
+                f"close {run_id}: the refused attempt could not be copied to {target} ({_one_line(error)}); "
+                "nothing was sealed"
+            ) from None
+        shutil.rmtree(candidate)
     fsync_dir(target.parent)
     write_bytes_atomic(target / REASON_FILE, (reason.rstrip() + "\n").encode("utf-8"))
     if report is not None:

@@ -27,6 +27,7 @@ from runaudit import manifest as manifests
 from runaudit.atomic import write_json_atomic
 from runaudit.clock import utc_now
 from runaudit.ids import is_safe_id
+from runaudit.mounts import in_memory
 from runaudit.options import FRESH_HASHES_OPTION, PULL_OPTION
 from runaudit.receipts import ACCEPTANCE_VERSION, RECEIPT_VERSION, flush_to_disk, folder_snapshot, snapshot
 from runaudit.runners.suite import failures, run_suites
@@ -94,6 +95,8 @@ def verify_pull(root: Path, pull_id: str, *, log: Callable[[str], None] = print)
 
     for run_id in present:
         log(f"verify {pull_id}: auditing {run_id} at {holder / run_id}")
+        if volatile := in_memory(holder / run_id):  # audited all the same; no receipt rests on it
+            verification.problems.append(f"run {run_id}: {volatile}; a verified copy must outlive the box")
     listed = [entry["path"] for run_id in present for entry in manifest.entries_of(run_id)]
     flush_to_disk(holder, listed)
     folders_before = folder_snapshot(holder, listed)

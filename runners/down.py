@@ -526,11 +526,11 @@ def coverage(root: Path, named: Sequence[str], inventory: Inventory, abandon: It
             why = _quarantined(key.removeprefix("quarantine/"))
         elif not is_safe_id(key):
             why = f"not a safe run id, so no receipt can cover it; {ABANDON_BY_NAME}"
-        elif stray := [
+        elif misplaced := [
             entry for entry in entries if entry.area == "active" and entry.kind not in FOLDER_KINDS
         ]:
             why = (
-                f"active/{key} is a {stray[0].kind}, not a run's folder: what it holds is on no receipt; "
+                f"active/{key} is a {misplaced[0].kind}, not a run's folder: what it holds is on no receipt; "
                 f"look on the box, then {ABANDON_BY_NAME}"
             )
         elif writers := {entry.writer for entry in entries if entry.writer is not None}:

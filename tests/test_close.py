@@ -212,6 +212,18 @@ def test_across_filesystems_the_capsule_is_copied_and_active_keeps_its_bytes(
     assert not (shm_export / ".partial" / RUN_ID).exists()
 
 
+def test_across_filesystems_a_refused_attempt_is_copied_to_quarantine(
+    root: Path, shm_export: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """With export/ on another disk, the rename of a refused attempt from export/.partial/ to quarantine/
+    raised a traceback (EXDEV) and left the attempt in .partial/."""
+    (root / "active" / RUN_ID / "test" / "main" / "scratch.txt").write_text("not part of the contract\n")
+    assert close(root) == 1
+    (attempt,) = quarantined(root)
+    assert "capsule.closed_world" in (attempt / "QUARANTINE_REASON.txt").read_text()
+    assert (attempt / "best.pth").is_file() and not (shm_export / ".partial" / RUN_ID).exists()
+
+
 def test_a_special_file_that_cannot_be_copied_is_one_line_and_nothing_half_sealed(
     root: Path, shm_export: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -652,3 +652,13 @@ def test_one_answer_reads_each_manifest_and_receipt_once_however_many_runs_it_co
     status = receipt_status(project, [DEMO_RUN_ID, "other-1", "other-2"], check_bytes=False)
     assert status.runs[DEMO_RUN_ID].problems == ()
     assert sorted(reads) == ["read_manifest", "receipt_of"]  # one pull folder in the demo project
+
+
+def test_a_remote_root_with_a_line_break_is_refused_where_it_is_parsed(
+    project: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A line break in --remote-root reached rsync's protocol, whose own error was all a pull said."""
+    args = ["down", "--host", "box.invalid", "--known-hosts", "/nonexistent", "--root", str(project)]
+    with pytest.raises(SystemExit):
+        main([*args, "--remote-root", "/srv/pro\nject", "--profile", "runpod", "--target", "pod-7"])
+    assert "--remote-root must be an absolute, printable path" in capsys.readouterr().err

@@ -357,6 +357,11 @@ def test_a_verified_copy_on_another_machine_s_folder_or_in_memory_is_no_copy(
         table.write_text(real + f"900 1 0:99 / {point} rw - {kind} {source} rw\n")
         status = receipt_status(project, [DEMO_RUN_ID])
         assert not status.ok and why in status.problems[0]
+    # verify writes no receipt over a copy in memory (the attack pulled into /dev/shm and was approved).
+    from runaudit.runners.custody import verify_pull
+
+    verification = verify_pull(project, DEMO_RUN_ID, log=lambda line: None)
+    assert [line for line in verification.problems if "a tmpfs in memory" in line], verification.problems
     # A mount inside the capsule folder: most of its files were the box's, and verify wrote a receipt.
     inner = str((capsule_dir / "test").resolve()).replace(" ", "\\040")
     table.write_text(real + f"900 1 0:99 / {inner} rw - ext4 /dev/sdb1 rw\n")
