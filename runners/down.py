@@ -200,7 +200,6 @@ while pending:
         else:
             print("odd", label, shown(path))
     except OSError:
-        print("unhashed", label)
         sys.exit(1)
 print("hashed", label)
 """
