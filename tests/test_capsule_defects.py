@@ -117,11 +117,15 @@ def test_renders_of_another_format_or_past_the_pixel_bound_fail_decode_and_stop_
     Image.new("L", (4097, 4096)).save(buffer, format="PNG")
     too_large.write_bytes(buffer.getvalue())
     _with_a_private_chunk(renders[2], 129 << 20)
+    buffer = io.BytesIO()
+    Image.new("L", (1, 16385)).save(buffer, format="PNG")  # 1 × 16,777,216 decoded row by row took 0.5 s each
+    renders[3].write_bytes(buffer.getvalue())
     outcome = run_audits(capsule_dir, project, "-k", "vis_decode or vis_identical")
     [decode] = outcome.find("capsule.vis_decode")
     assert decode["verdict"] == "failed" and "4097×4096 pixels, past the 16,777,216" in decode["message"]
     huge = re.escape(f"{renders[2].relative_to(capsule_dir)} (RenderRefused: ")
     assert re.search(huge + r"[0-9,]+ bytes, past the 134,217,728", decode["message"])
+    assert "1×16385 pixels, a side past the 16,384" in decode["message"]
     assert f"{as_jpeg.relative_to(capsule_dir)} (UnidentifiedImageError" in decode["message"]
     [identical] = outcome.find("collapse.vis_identical")
     assert identical["verdict"] == "not_run" and "a render does not decode" in identical["message"]
