@@ -39,6 +39,8 @@ IN_MEMORY = frozenset({"tmpfs", "ramfs"})
 
 @dataclass(frozen=True)
 class Mount:
+    """One line of the mount table: where it is mounted, its filesystem type, and what it mounts."""
+
     point: str
     kind: str
     source: str
