@@ -16,7 +16,7 @@ from runaudit.fixtures.verdicts import AuditRecorder
 from runaudit.history import train_csv_problems
 from runaudit.ids import casefold_collisions, duplicates, is_safe_id
 from runaudit.reader import CapsuleReader, Unavailable
-from runaudit.renders import opened_render
+from runaudit.renders import RenderBudget, RendersPastBudget, opened_render
 from runaudit.run import DeclaredMetric, DeclaredTest, Run
 from runaudit.schema import schema_problems
 
@@ -447,13 +447,17 @@ def test_vis_decode(
     if not rels:
         audit.not_run(f"test {test.test_id} has no PNGs to decode (reported by capsule.vis_coverage)")
     sizes: dict[tuple[str, str], Counter[tuple[int, int]]] = defaultdict(Counter)
-    broken = []
-    for rel in rels:
+    broken, budget, undecoded, left_over = [], RenderBudget(), "", 0
+    for index, rel in enumerate(rels):
         *_, condition, role, _name = rel.split("/")
         try:
-            with capsule.open(rel) as handle, opened_render(handle) as image:
+            with capsule.open(rel) as handle, opened_render(handle, budget) as image:
                 image.load()
                 size = image.size
+        except RendersPastBudget as exc:
+            left_over = len(rels) - index
+            undecoded = f"{left_over} render(s) from {rel} on were not decoded: {exc}"
+            break
         except Exception as exc:  # Pillow signals bad data with several exception types
             broken.append(f"{rel} ({type(exc).__name__}: {exc})")
             continue
@@ -465,12 +469,14 @@ def test_vis_decode(
         for (condition, role), counter in sorted(sizes.items())
         if len(counter) > 1
     ]
-    audit.evidence(decoded=len(rels) - len(broken), broken=broken[:100], mixed_sizes=mixed)
+    decoded = len(rels) - len(broken) - left_over
+    audit.evidence(decoded=decoded, broken=broken[:100], mixed_sizes=mixed, undecoded=undecoded or None)
     audit.require(
-        not broken and not mixed,
+        not broken and not mixed and not undecoded,
         f"run {run.run_id}: {len(broken)} of {len(rels)} PNG(s) under {test.folder}/vis do not decode"
         + (f": {_examples(broken)}" if broken else "")
-        + (f"; {_examples(mixed)}" if mixed else ""),
+        + (f"; {_examples(mixed)}" if mixed else "")
+        + (f"; {undecoded}" if undecoded else ""),
     )
 
 

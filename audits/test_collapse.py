@@ -21,7 +21,7 @@ from runaudit.fixtures.verdicts import AuditRecorder
 from runaudit.items import SHUFFLE, MissingColumn, align, keyed_scores, primary_condition
 from runaudit.probes import OUTPUT_VALUES_CAP, mean_offdiagonal_cosine, scaled
 from runaudit.reader import CapsuleReader
-from runaudit.renders import opened_render
+from runaudit.renders import RenderBudget, opened_render
 from runaudit.run import DeclaredMetric, DeclaredTest, Run
 from runaudit.statistics import ItemScores, paired_delta
 
@@ -271,12 +271,12 @@ def test_trivial_baseline(
     )
 
 
-def _thumbnails(capsule: CapsuleReader, rels: list[str]) -> np.ndarray:
+def _thumbnails(capsule: CapsuleReader, rels: list[str], budget: RenderBudget) -> np.ndarray:
     from PIL import Image
 
     images = []
     for rel in rels:
-        with capsule.open(rel) as handle, opened_render(handle) as image:
+        with capsule.open(rel) as handle, opened_render(handle, budget) as image:
             grey = image.convert("L").resize((VIS_SIDE, VIS_SIDE), Image.Resampling.BILINEAR)
             images.append(np.asarray(grey, dtype=np.float32).ravel() / 255.0)
     return np.stack(images)
@@ -296,12 +296,12 @@ def test_vis_identical(
     for rel in rels:
         *_, condition, role, _name = rel.split("/")
         groups.setdefault((condition, role), []).append(rel)
-    shares, findings = {}, []
+    shares, findings, budget = {}, [], RenderBudget()
     for (condition, role), members in sorted(groups.items()):
         if len(members) < 2:
             continue
         try:
-            thumbnails = _thumbnails(capsule, sorted(members))
+            thumbnails = _thumbnails(capsule, sorted(members), budget)
         except Exception as exc:  # Pillow signals bad data with several exception types
             audit.not_run(
                 f"{test.folder}/vis/{condition}/{role}: a render does not decode ({exc}; capsule.vis_decode)"

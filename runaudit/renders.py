@@ -28,14 +28,40 @@ RENDER_SIDE_CAP = 16384
 RENDER_BYTES_CAP = RENDER_PIXELS_CAP * 8
 
 
+# Pixels the renders of one test may hold in all, for each audit that decodes them: 400 renders each at
+# the area bound (4096×4096 16-bit RGBA, 130 KB on disk) kept the two audits 265 s. This budget is 1,024
+# renders of 1024×1024 or 256 of 2048×2048; at worst (16-bit RGBA) about 20 s of decoding per audit.
+RENDERS_PIXELS_BUDGET = 1 << 30
+
+
 class RenderRefused(ValueError):
     """A render past :data:`RENDER_PIXELS_CAP`, :data:`RENDER_SIDE_CAP` or :data:`RENDER_BYTES_CAP`; the
     message gives its size."""
 
 
+class RendersPastBudget(RenderRefused):
+    """The renders of one test hold more pixels in all than :data:`RENDERS_PIXELS_BUDGET`."""
+
+
+class RenderBudget:
+    """What is left of :data:`RENDERS_PIXELS_BUDGET` for the renders of one test, in one audit."""
+
+    def __init__(self) -> None:
+        self.left = RENDERS_PIXELS_BUDGET
+
+    def spend(self, pixels: int) -> None:
+        if pixels > self.left:
+            raise RendersPastBudget(
+                f"the renders of one test hold more than the {RENDERS_PIXELS_BUDGET:,} pixels in all that an "
+                "audit decodes (docs/capsule.md §7)"
+            )
+        self.left -= pixels
+
+
 @contextmanager
-def opened_render(handle: IO[bytes]) -> Iterator[Image.Image]:
-    """The PNG ``handle`` holds, opened (its header read, no pixel decoded) and checked against the bound."""
+def opened_render(handle: IO[bytes], budget: RenderBudget) -> Iterator[Image.Image]:
+    """The PNG ``handle`` holds, opened (its header read, no pixel decoded), checked against the bounds and
+    its pixels taken from the test's ``budget``."""
     from PIL import Image  # deferred: only the audits that decode renders pay for Pillow
 
     size = os.fstat(handle.fileno()).st_size
@@ -54,4 +80,5 @@ def opened_render(handle: IO[bytes]) -> Iterator[Image.Image]:
             raise RenderRefused(
                 f"{width}×{height} pixels, a side past the {RENDER_SIDE_CAP:,} a render may have (docs/capsule.md §7)"
             )
+        budget.spend(width * height)
         yield image
