@@ -16,7 +16,7 @@ Anything else is a problem line naming the run, the file and the command that wo
 
 from __future__ import annotations
 
-import contextlib
+import errno
 import os
 import stat
 from collections.abc import Iterable, Mapping
@@ -230,9 +230,9 @@ def receipt_status(
     return ReceiptStatus(not problems, problems, found)
 
 
-def flush_to_disk(holder: Path, paths: Iterable[str]) -> None:
+def flush_to_disk(holder: Path, paths: Iterable[str]) -> list[str]:
     """Write back every manifest path under ``holder`` that is a regular file, and the folders that hold them,
-    before verification takes their stat keys and hashes them.
+    before verification takes their stat keys and hashes them; return what could not be written back.
 
     A receipt says the bytes are on this machine: pages not yet written back are lost with a power cut after
     the box is gone. And the stat key only sees a change that the kernel stamps: a write through a shared
@@ -240,18 +240,50 @@ def flush_to_disk(holder: Path, paths: Iterable[str]) -> None:
     a NaN written that way after verification kept the receipt current. Written back, each page is clean and
     its next write through any mapping faults and stamps the file (ext4, XFS, btrfs; tmpfs stamps no write
     through a mapping, so there a receipt is only as good as the processes that hold its files open).
-    What cannot be opened is left to the audits, which report it.
+
+    A write-back that fails (a full or failing disk, a quota met on NFS) leaves the right bytes in the page
+    cache and other bytes on the disk, so the audits would hash the cache and pass: each failure is a
+    problem, and no receipt rests on such a copy. What cannot be opened is left to the audits, which
+    report it.
     """
     listed = list(paths)
+    failures: dict[str, list[Path]] = {}  # by the kernel's reason: a failing disk fails every path alike
     for rel in listed:
         try:
             with open_regular(holder / rel) as handle:
-                os.fsync(handle.fileno())
+                failure = _fsync(handle.fileno())
         except OSError:
             continue
+        if failure is not None:
+            failures.setdefault(failure.strerror or str(failure), []).append(holder / rel)
     for folder in _folders_of(listed):
-        with contextlib.suppress(OSError):
+        try:
             fsync_dir(holder / folder)
+        except OSError as exc:
+            if exc.errno not in _NO_FOLDER_SYNC:
+                failures.setdefault(exc.strerror or str(exc), []).append(holder / folder)
+    return [_unwritten(paths, reason) for reason, paths in failures.items()]
+
+
+# A folder that cannot be opened (gone: the audits say so) or that its filesystem cannot sync on its own.
+_NO_FOLDER_SYNC = frozenset({errno.ENOENT, errno.ENOTDIR, errno.EACCES, errno.EINVAL})
+
+
+def _fsync(fd: int) -> OSError | None:
+    """``fsync(fd)``'s failure, told apart from the failures to open that the caller leaves to the audits."""
+    try:
+        os.fsync(fd)
+    except OSError as exc:
+        return exc
+    return None
+
+
+def _unwritten(paths: list[Path], reason: str) -> str:
+    if len(paths) == 1:
+        what = f"{paths[0]} could not be written to its disk"
+    else:
+        what = f"{len(paths)} files and folders, {paths[0]} first, could not be written to their disk"
+    return f"{what} ({reason}): the bytes verified may exist only in memory"
 
 
 def _folders_of(paths: Iterable[str]) -> list[str]:

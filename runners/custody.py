@@ -98,7 +98,7 @@ def verify_pull(root: Path, pull_id: str, *, log: Callable[[str], None] = print)
         if volatile := in_memory(holder / run_id):  # audited all the same; no receipt rests on it
             verification.problems.append(f"run {run_id}: {volatile}; a verified copy must outlive the box")
     listed = [entry["path"] for run_id in present for entry in manifest.entries_of(run_id)]
-    flush_to_disk(holder, listed)
+    verification.problems += flush_to_disk(holder, listed)
     folders_before = folder_snapshot(holder, listed)
     before = snapshot(holder, listed)
     suites = run_suites(

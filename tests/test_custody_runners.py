@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
@@ -202,6 +203,36 @@ def test_verify_writes_every_file_and_folder_back_to_disk_before_it_takes_their_
     files = {path.resolve() for path in capsule.rglob("*") if path.is_file()}
     folders = {capsule, *(path.resolve() for path in capsule.rglob("*") if path.is_dir())}
     assert len(files) > 400 and (files | folders) <= keyed[0]  # before the first key was taken
+
+
+@pytest.mark.parametrize(
+    ("failing", "code"),
+    [(f"{DEMO_RUN_ID}/best.pth", errno.EIO), (f"{DEMO_RUN_ID}/test", errno.ENOSPC)],
+    ids=["file-io-error", "folder-disk-full"],
+)
+def test_a_write_back_that_fails_writes_no_receipt(
+    project: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys, failing: str, code: int
+) -> None:
+    """A full or failing disk under ``runs/`` failed every write-back while the page cache kept the right bytes:
+    the audits hashed the cache and passed, a receipt was written and ``down`` approved, and after a remount 405
+    of 407 files no longer matched the manifest. A failing disk is the one boundary this machine cannot
+    reach, so the kernel's answer is given for one path."""
+    from runaudit import receipts
+
+    assert _manifest(project, _roster(tmp_path, "demo\n"), "p2") == 0
+    target = (project / "export" / failing).resolve()
+    real_fsync = os.fsync
+
+    def fsync(fd: int) -> None:
+        if Path(os.readlink(f"/proc/self/fd/{fd}")) == target:
+            raise OSError(code, os.strerror(code))
+        real_fsync(fd)
+
+    monkeypatch.setattr(receipts.os, "fsync", fsync)
+    assert main(["verify", "--root", str(project), "--pull-id", "p2"]) == 1
+    err = capsys.readouterr().err
+    assert f"{project / 'export' / failing} could not be written to its disk ({os.strerror(code)})" in err
+    assert not (project / "_trust" / "pulls" / "p2" / RECEIPT).exists()
 
 
 @pytest.mark.parametrize("platform", ["linux", "darwin"], ids=["forked-sessions", "fresh-processes"])
