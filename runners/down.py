@@ -6,8 +6,10 @@ The box is named as for every remote verb (``--host/--port/--user/--identity/--k
 the box's inventory under the remote root: ``active/*`` (live runs), ``export/*``, ``export/.partial/*``
 (an interrupted close), ``export/hardware/*``, ``runs/*`` and ``runs/hardware/*`` (capsules accepted on
 the box) and ``quarantine/*`` (failed closes, ``<id>--<attempt>``), with every file of each capsule folder
-and of what ``close`` seals in a live run's folder hashed on the box, and each live run's writer lock
-probed (:mod:`runaudit.workspace`: a trainer holds it while it runs). A box it cannot list or hash
+and of what ``close`` seals in a live run's folder hashed on the box, each live run's writer lock
+probed (:mod:`runaudit.workspace`: a trainer holds it while it runs), and what still runs for the project
+root found: the jobs ``runaudit launch`` started (their attempts under ``--state-dir``) that have not
+ended, and the queue runners holding ``queues/.<name>.lock``. A box it cannot list or hash
 (a transport failure, a refused host key, a remote root that does not exist, no Python to hash with, a file it
 cannot read) is a refusal, never an approval. Names from the box are untrusted: only a safe id is looked up
 among the local receipts (whose own manifests name the folders checked), never joined to a local path
@@ -25,7 +27,9 @@ Then, in order, refusing at the first failure:
    (``export/.partial/<id>``), or one whose ``active/<id>`` holds bytes among those ``close`` seals that
    its sealed capsule on the box does not (training resumed after the pull, compared by content, never by
    clock), is refused until it is pulled and verified again, or abandoned; so is a live run whose writer
-   lock a trainer holds (or that cannot be probed): tearing down would kill it mid-write. A hardware
+   lock a trainer holds (or that cannot be probed), and a launched job or queue runner still running
+   (before its trainer ever made ``active/<id>``): tearing down would kill it mid-write; a queue runner is
+   abandoned as ``queue/<name>``. A hardware
    capsule, which no pull manifest lists, is covered only by abandoning it as ``hardware/<id>``, and a
    quarantined attempt (a close that failed: no pull brings it home, and its bytes are not the capsule a
    receipt verified) only as ``quarantine/<id>--<attempt>``;
@@ -67,6 +71,7 @@ from runaudit.roster import parse_roster, read_roster
 from runaudit.runners.box import Box, add_box_arguments, box_from_args
 from runaudit.runners.close import REASON_FILE, SEALED_ENTRIES
 from runaudit.runners.ssh import UNKNOWN_STATE, Remote
+from runaudit.runners.watch import JOB_ALIVE, START_GRACE_S
 from runaudit.usage import Refusal, existing_dir
 from runaudit.workspace import LOCK_FILE
 
@@ -89,12 +94,20 @@ AREAS: Mapping[str, str] = {
 }
 # What an entry that is a folder (or a link to one) is listed as.
 FOLDER_KINDS = ("dir", "link-dir")
+# What runs on the box beyond its folders, found by the listing: a job ``runaudit launch`` started for this
+# project root that has not ended (its attempt in ``--state-dir``: the wrapper's pid alive, or still
+# starting), and a queue runner holding its queue's lock (``queues/.<name>.lock``). Tearing down kills
+# either mid-run, whatever a receipt says of the bytes it wrote before.
+RUNNING: Mapping[str, str] = {"jobs": "a launched job, running", "queues": "a queue runner, running"}
+# The states of a job the listing reports as running: its pid alive (``unverified``: a box with no
+# ``/proc``), or started and not yet past writing its pid.
+JOB_STATES = ("yes", "unverified", "starting")
 # Areas whose folders are whole capsules: the box's copy must be, file for file, what the receipt verified.
 CAPSULE_AREAS = ("export", "runs")
 # Hardware capsules: ``runaudit manifest`` lists none (runners/manifest.py), so no receipt can cover one.
 HARDWARE_AREAS = ("export/hardware", "runs/hardware")
 # What no receipt covers is abandoned by a key naming its kind: ``hardware/<id>``, ``quarantine/<attempt>``.
-UNRECEIPTED_KINDS = ("hardware/", "quarantine/")
+UNRECEIPTED_KINDS = ("hardware/", "quarantine/", "queue/")
 # Entries of an area that belong to the harness, not to a run: the sub-areas and close's lock file.
 HOUSEKEEPING = {
     ("export", ".partial"): ("dir", "link-dir"),
@@ -113,6 +126,24 @@ LIVE_WRITER = {
         "its active/{run}/{lock} is not a plain file the box could probe, so whether training is running "
         "there is not known; look on the box, then abandon it if you accept losing it"
     ),
+}
+STILL_RUNNING = {
+    "jobs": (
+        "a job runaudit launch started for it has not ended (its wrapper {state}): tearing down kills it and "
+        "loses what it writes next; let it finish (runaudit watch {run} --follow), then close, pull and verify "
+        "it, or abandon it"
+    ),
+    "queues": (
+        "the runner of queue {name} holds queues/.{name}.lock: it trains the queue's runs one after another, "
+        "and tearing down kills it mid-run; let it finish, then pull and verify what it sealed, or abandon it "
+        "as queue/{name} (--abandon=queue/{name})"
+    ),
+}
+# What the listing's answer for a running job says, in words.
+JOB_STATE_WORDS = {
+    "yes": "is alive",
+    "unverified": "answers signals on a box with no /proc to confirm its identity",
+    "starting": "is still starting",
 }
 # close.py names a quarantined attempt ``<run id>--<attempt id>`` (runaudit.clock.attempt_id: 20260101T000000Z-abc123).
 QUARANTINED = re.compile(r"(?P<run>.+)--\d{8}T\d{6}Z-[0-9a-f]{6}", re.DOTALL)  # matched whole (fullmatch)
@@ -170,6 +201,32 @@ for area in active export export/.partial export/hardware runs runs/hardware qua
         fi ;;
     esac
   done
+done
+if [ -d "$JOBS" ]; then
+  for s in "$JOBS"/* "$JOBS"/.[!.]* "$JOBS"/..?*; do
+    if [ ! -f "$s/current" ] || [ -L "$s" ]; then continue; fi
+    A="$s/$(head -n 1 "$s/current")"
+    if [ -f "$A/exit_code" ]; then continue; fi
+    live=$(job_alive "$A")
+    if [ -z "$live" ]; then
+      sess=$(head -n 1 "$A/session" 2>/dev/null); since=$(head -n 1 "$A/started" 2>/dev/null)
+      if [ -n "$sess" ] && command -v tmux >/dev/null 2>&1 && tmux -L "$SOCK" has-session -t "=$sess" 2>/dev/null; then
+        live=starting
+      else
+        case "$since" in ''|*[!0-9]*) ;; *) if [ $(( $(date +%s) - since )) -lt "$GRACE" ]; then live=starting; fi ;; esac
+      fi
+    fi
+    case "$live" in yes|unverified|starting) echo "job $(printf '%s' "${s##*/}" | od -An -v -tx1 | tr -d ' \n') $live" ;; esac
+  done
+fi
+if [ -e "$R/queues" ] && { [ ! -d "$R/queues" ] || [ ! -r "$R/queues" ] || [ ! -x "$R/queues" ]; }; then
+  echo "area queues unreadable"
+fi
+for q in "$R/queues"/.*.lock; do
+  if [ ! -e "$q" ] && [ ! -L "$q" ]; then continue; fi
+  n=${q##*/}; n=${n#.}; hex=$(printf '%s' "${n%.lock}" | od -An -v -tx1 | tr -d ' \n')
+  state=$("$PY" -I -c "$WRITER" "$q") || state=
+  case "$state" in free) ;; held) echo "queue $hex held" ;; *) echo "queue $hex unknown" ;; esac
 done
 echo "inventory=complete"
 """
@@ -264,7 +321,7 @@ class Entry:
     def run_id(self) -> str | None:
         """The run a receipt may cover, or None when none can: an unsafe name, a hardware capsule, or a
         quarantined attempt (a close that failed: its bytes are not the capsule any pull brought home)."""
-        if self.hardware or self.area == "quarantine":
+        if self.hardware or self.area in ("quarantine", "queues"):
             return None
         return self.name if is_safe_id(self.name) else None
 
@@ -277,11 +334,15 @@ class Entry:
             return f"hardware/{self.name}"
         if self.area == "quarantine":
             return f"quarantine/{self.name}"
+        if self.area == "queues":
+            return f"queue/{self.name}"
         return self.run_id or self.name
 
     @property
     def where(self) -> str:
         """``active/``, ``quarantine/``, ..., and what being there means."""
+        if self.area in RUNNING:
+            return RUNNING[self.area]
         detail = AREAS[self.area] if self.kind in FOLDER_KINDS else f"{AREAS[self.area]}, {self.kind}"
         if self.resumed:
             detail += ", holding files close seals that its sealed capsule does not hold"
@@ -294,7 +355,7 @@ class Entry:
             "name": name,
             "run": shown(self.key),
             "kind": self.kind,
-            "state": AREAS[self.area],
+            "state": RUNNING.get(self.area) or AREAS[self.area],
             "resumed": self.resumed,
             "writer": self.writer,
         }
@@ -363,6 +424,9 @@ def parse_inventory(text: str, box: str, root: str) -> Inventory:
                 f"{cannot} (active/{shown(_decoded(words[1], cannot))} cannot be listed: whether training "
                 f"resumed there is not known); {NOTHING_STOPPED}"
             )
+        elif words[0] in ("job", "queue"):
+            entries.append(_running(words, cannot))
+            contents.append(_Content())
         elif words[0] in CONTENT_SHAPES:
             _add_content(entries[-1] if entries else None, contents[-1] if contents else None, words, cannot)
         elif words[0] == "entry":
@@ -374,6 +438,16 @@ def parse_inventory(text: str, box: str, root: str) -> Inventory:
                 contents.append(_Content())
     entries = [content.given_to(entry) for entry, content in zip(entries, contents, strict=True)]
     return Inventory(box, root, tuple(mark_resumed(entries)), tuple(areas))
+
+
+def _running(words: list[str], cannot: str) -> Entry:
+    """A job or queue runner the listing found running, as an entry: ``job <hex run> <state>``, ``queue <hex
+    name> held|unknown``."""
+    if len(words) == 3 and words[0] == "job" and words[2] in JOB_STATES:
+        return Entry("jobs", _decoded(words[1], cannot), words[2])
+    if len(words) == 3 and words[0] == "queue" and words[2] in LIVE_WRITER:
+        return Entry("queues", _decoded(words[1], cannot), "lock", writer=words[2])
+    raise Refused(f"{cannot} (an unexpected listing line {' '.join(words)[:80]!r}); {NOTHING_STOPPED}")
 
 
 # The lines of what the box hashed or probed under the entry listed last, by their number of words.
@@ -460,7 +534,8 @@ def inventory_command(box: Box) -> str:
     return (
         f"R={shlex.quote(str(box.root))}\nSEALED={shlex.quote(' '.join(SEALED_ENTRIES))}\n"
         f"PY={shlex.quote(box.python)}\nHASHER={shlex.quote(HASHER)}\nLOCK={shlex.quote(LOCK_FILE)}\n"
-        f"WRITER={shlex.quote(WRITER)}\n{INVENTORY}"
+        f"WRITER={shlex.quote(WRITER)}\nJOBS={shlex.quote(f'{box.state_dir}/{box.key}')}\n"
+        f"SOCK={shlex.quote(box.tmux_socket)}\nGRACE={START_GRACE_S}\n{JOB_ALIVE}{INVENTORY}"
     )
 
 
@@ -516,7 +591,9 @@ def coverage(root: Path, named: Sequence[str], inventory: Inventory, abandon: It
     for key in wanted:
         places = "; ".join(entry.where for entry in found[key]) if key in found else "named, not on the box"
         entries = found.get(key, ())
-        if any(entry.hardware for entry in entries):
+        if running := [entry for entry in entries if entry.area in RUNNING]:
+            why = _still_running(running[0], key)
+        elif any(entry.hardware for entry in entries):
             why = (
                 "a hardware capsule, which no pull manifest lists (runaudit manifest leaves hardware/ out), "
                 f"so no receipt covers it; copy it home yourself, then {ABANDON_BY_NAME}"
@@ -551,6 +628,17 @@ def coverage(root: Path, named: Sequence[str], inventory: Inventory, abandon: It
         )
     receipts = status.runs if status is not None else {}
     return Approval(inventory, list(named), dict(receipts), abandoned)
+
+
+def _still_running(entry: Entry, key: str) -> str:
+    """Why a job or queue runner still running blocks: tearing down kills it."""
+    if entry.area == "queues" and entry.writer == "unknown":
+        return (
+            f"queues/.{shown(entry.name)}.lock is not a plain file the box could probe, so whether a queue "
+            f"runner is running is not known; look on the box, then {ABANDON_BY_NAME}"
+        )
+    state = JOB_STATE_WORDS.get(entry.kind, "")
+    return STILL_RUNNING[entry.area].format(run=shown(key), name=shown(entry.name), state=state)
 
 
 def _quarantined(name: str) -> str:

@@ -28,8 +28,26 @@ from runaudit.workspace import HEARTBEAT_FILE
 STALL_AFTER_S = 1800.0
 EXIT_STATUS = {"running": 0, "finished": 0, "stalled": 1, "dead": 1, "unknown": 3}
 PROGRESS_FILE = "active/{run_id}/train.csv"
-JOINED = {"gpu": "; ", "log_tail": " | "}
-START_GRACE_S = 30  # a detached wrapper writes its pid within this; until then the job is starting  # signals printed once per GPU or per log line
+JOINED = {"gpu": "; ", "log_tail": " | "}  # signals printed once per GPU or per log line
+START_GRACE_S = 30  # a detached wrapper writes its pid within this; until then the job is starting
+
+# POSIX sh: whether the job of the attempt folder ``$1`` lives, by the pid its wrapper wrote with its
+# ``/proc`` start time (so a reused pid is not taken for the job): ``yes``; ``unverified`` where the box
+# has no ``/proc`` and the pid answers a signal; ``no``; nothing while the wrapper has not written its pid.
+# ``watch`` and ``down`` (a job still running blocks a teardown) share it.
+JOB_ALIVE = r"""
+job_alive() {
+  [ -f "$1/pid" ] || return 0
+  read pid start < "$1/pid"
+  if [ -r "/proc/$pid/stat" ]; then
+    rest=$(sed 's/^.*) //' "/proc/$pid/stat")
+    st=$(echo "$rest" | cut -d' ' -f1); cur=$(echo "$rest" | cut -d' ' -f20)
+    if [ "$cur" = "$start" ] && [ "$st" != "Z" ]; then echo yes; else echo no; fi
+  elif [ -d /proc/self ]; then echo no
+  elif kill -0 "$pid" 2>/dev/null; then echo unverified
+  else echo no; fi
+}
+"""
 
 # POSIX sh, read-only: prints key=value lines and a final sentinel so a truncated answer is detectable.
 # A value read from the box is printed by `say`: its first line only (files) or with its line breaks
@@ -45,14 +63,7 @@ if [ -z "$sess" ]; then echo "session=n/a"
 elif command -v tmux >/dev/null 2>&1 && tmux -L "$SOCK" has-session -t "=$sess" 2>/dev/null; then echo "session=yes"
 else echo "session=no"; fi
 if [ -f "$A/pid" ]; then
-  read pid start < "$A/pid"; say pid "$pid"
-  if [ -r "/proc/$pid/stat" ]; then
-    rest=$(sed 's/^.*) //' "/proc/$pid/stat")
-    st=$(echo "$rest" | cut -d' ' -f1); cur=$(echo "$rest" | cut -d' ' -f20)
-    if [ "$cur" = "$start" ] && [ "$st" != "Z" ]; then echo "alive=yes"; else echo "alive=no"; fi
-  elif [ -d /proc/self ]; then echo "alive=no"
-  elif kill -0 "$pid" 2>/dev/null; then echo "alive=unverified"
-  else echo "alive=no"; fi
+  read pid start < "$A/pid"; say pid "$pid"; say alive "$(job_alive "$A")"
 fi
 [ -f "$A/exit_code" ] && say exit_code "$(head -n 1 "$A/exit_code")" && say exit_mtime "$(stat -c %Y "$A/exit_code")"
 if [ -f "$A/log" ]; then
@@ -118,7 +129,7 @@ def probe_command(box: Box, run_id: str, progress_file: str) -> str:
         "H": box.path("active", run_id, HEARTBEAT_FILE),
         "R": str(box.root),
     }
-    return "".join(f"{name}={shlex.quote(value)}\n" for name, value in bindings.items()) + PROBE
+    return "".join(f"{name}={shlex.quote(value)}\n" for name, value in bindings.items()) + JOB_ALIVE + PROBE
 
 
 def _int(signals: Mapping[str, str], key: str) -> int | None:

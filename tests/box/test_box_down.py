@@ -6,15 +6,19 @@ each test then gives ``down`` a fresh remote root holding that sealed capsule be
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
+import shlex
 import shutil
 import socket
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 from sshbox import SshBox
+from test_box_follow import ALIVE
 from test_box_identity import impostor_known_hosts
 from test_box_pull import build_manifest_on_box
 
@@ -22,6 +26,7 @@ from runaudit.cli import main
 from runaudit.examples.digits.build import DEMO_RUN_ID
 from runaudit.manifest import RECEIPT
 from runaudit.runners.close import SEALED_ENTRIES
+from runaudit.runners.launch import launch
 from runaudit.workspace import LOCK_FILE, try_lock
 
 
@@ -55,11 +60,18 @@ def box(pulled: Pulled, tmp_path: Path) -> Path:
     return root
 
 
-def down(sshbox: SshBox, pulled: Pulled, root: Path, *extra: str, known_hosts: Path | None = None) -> int:
+def down(
+    sshbox: SshBox,
+    pulled: Pulled,
+    root: Path,
+    *extra: str,
+    known_hosts: Path | None = None,
+    state_dir: Path | None = None,
+) -> int:
     return main(
         [
             "down",
-            *sshbox.cli_args(root, known_hosts=known_hosts),
+            *sshbox.cli_args(root, state_dir, known_hosts=known_hosts),
             "--root",
             str(pulled.local),
             "--profile",
@@ -262,6 +274,48 @@ def test_a_run_still_training_blocks_while_its_writer_holds_the_lock(
     os.mkfifo(workspace / LOCK_FILE)  # not a lock any writer could hold, and nothing to open blocking
     assert down(sshbox, pulled, box) == 2
     assert f"its active/{DEMO_RUN_ID}/{LOCK_FILE} is not a plain file the box could probe" in refused(capsys)
+
+
+def test_a_launched_job_or_a_queue_runner_still_running_blocks(
+    sshbox: SshBox, pulled: Pulled, box: Path, box_state: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A job ``runaudit launch`` started (a queue, or a resumed run loading its data) had not yet opened
+    ``active/<id>/.writer.lock``: ``watch`` said "running", and down approved the teardown that killed it."""
+    stop = box / "stop-the-job"
+    script = f"{ALIVE}while [ ! -e {shlex.quote(str(stop))} ]; do sleep 0.1; done"
+    launched = launch(sshbox.box(box, box_state), DEMO_RUN_ID, ["bash", "-c", script], alive_timeout_s=30)
+    assert launched.state == "running"
+    assert down(sshbox, pulled, box, state_dir=box_state) == 2
+    err = refused(capsys)
+    assert (
+        f"{DEMO_RUN_ID} (active/, live; export/, sealed; a launched job, running): a job runaudit launch"
+        in err
+    )
+    assert "(its wrapper is alive)" in err
+    stop.touch()
+    exit_code = Path(launched.attempt_dir) / "exit_code"
+    deadline = time.monotonic() + 30
+    while not exit_code.exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert exit_code.read_text().strip() == "0"
+    assert down(sshbox, pulled, box, state_dir=box_state) == 0  # ended: its folder holds nothing new
+    capsys.readouterr()
+
+    (box / "queues").mkdir()
+    with (box / "queues" / ".q1.lock").open("a") as held:
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)  # what runaudit queue run holds while it works
+        assert down(sshbox, pulled, box, state_dir=box_state) == 2
+        assert "queue/q1 (a queue runner, running): the runner of queue q1 holds queues/.q1.lock" in refused(
+            capsys
+        )
+        assert down(sshbox, pulled, box, "--abandon", "queue/q1", state_dir=box_state) == 0
+        record = approved_record(capsys.readouterr().out)
+        assert record["abandoned"] == ["queue/q1"]
+    assert down(sshbox, pulled, box, state_dir=box_state) == 0  # the runner let go of its lock
+    capsys.readouterr()
+    os.mkfifo(box / "queues" / ".q2.lock")
+    assert down(sshbox, pulled, box, state_dir=box_state) == 2
+    assert "queues/.q2.lock is not a plain file the box could probe" in refused(capsys)
 
 
 def test_a_live_run_on_a_data_disk_is_hashed_and_probed_through_its_link(
