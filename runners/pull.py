@@ -5,7 +5,8 @@
    as the local copy (a manifest is immutable: a local copy with other bytes is refused).
 2. For each roster run, compare the local ``runs/<id>`` with the manifest: only files that are missing,
    of another size, or of another SHA-256 are fetched, with ``rsync --partial`` (an interrupted pull
-   keeps what arrived; the same command resumes it). Nothing is written through a symlinked folder.
+   keeps what arrived; the same command resumes it). Nothing is written through a symlinked folder, and
+   nothing over another pull's copy (:func:`overwritten`): the manifest is kept only after that check.
 3. The ``_trust`` selections and split manifests the runs bind: each id must be a safe id before a path
    is built from it; they arrive in a staging folder, and only regular files at exactly the expected
    names are moved into ``_trust/selections/`` and ``_trust/splits/``. ``pull`` writes nothing else under
@@ -19,16 +20,17 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import stat
 import sys
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from runaudit import manifest as manifests
 from runaudit.atomic import write_bytes_atomic
-from runaudit.hashing import hash_files, progress_bar
+from runaudit.hashing import hash_files, progress_bar, stat_key
 from runaudit.ids import is_safe_id
 from runaudit.runners.box import Box, add_box_arguments, box_from_args
 from runaudit.runners.custody import Verification, write_receipt
@@ -54,7 +56,14 @@ class PullResult:
 
 
 def fetch_manifest(box: Box, root: Path, pull_id: str) -> manifests.ManifestFile:
-    """The box's manifest, copied once into the local ``_trust/pulls/<id>/`` and checked."""
+    """The box's manifest, checked, then copied once into the local ``_trust/pulls/<id>/``."""
+    manifest, data = box_manifest(box, root, pull_id)
+    keep_manifest(manifest, data)
+    return manifest
+
+
+def box_manifest(box: Box, root: Path, pull_id: str) -> tuple[manifests.ManifestFile, bytes]:
+    """The box's manifest and its bytes, checked as a whole and against any local copy; nothing written."""
     if not is_safe_id(pull_id):
         raise Refusal(f"pull id {pull_id!r} is not a safe id")
     source = box.path("_trust", "pulls", pull_id, manifests.MANIFEST)
@@ -85,9 +94,92 @@ def fetch_manifest(box: Box, root: Path, pull_id: str) -> manifests.ManifestFile
                 f"pull {pull_id}: {target} already holds another manifest than the box's; a manifest is "
                 "immutable, so a changed one needs a new pull id"
             )
-    else:
-        write_bytes_atomic(target, data)
-    return manifest
+    return manifest, data
+
+
+def keep_manifest(manifest: manifests.ManifestFile, data: bytes) -> None:
+    """Write the box's manifest as the local copy, once: a local copy is never rewritten."""
+    if not os.path.lexists(manifest.path):
+        write_bytes_atomic(manifest.path, data)
+
+
+def overwritten(root: Path, manifest: manifests.ManifestFile, stale: list[str]) -> list[str]:
+    """Why fetching ``stale`` would overwrite another pull's copy of a run: one line per run it would.
+
+    The same run id pulled again with other bytes (another box that used the id, or the run minted anew)
+    wrote over ``runs/<id>``, and the only copy of the run the first pull had verified, whose box had been
+    torn down on the strength of that receipt, was gone. A local file holds another pull's copy while its
+    bytes are what that pull's manifest lists for it: its stat key is the one that pull's receipt recorded,
+    or else its SHA-256 is the listed one (a copy restored from a backup has new stat keys). On a disk that
+    folds case, ``runs/Demo`` and ``runs/demo`` are one folder, so a run id that differs from a folder
+    already there only in case is refused too.
+    """
+    runs = root / "runs"
+    present = os.listdir(runs) if runs.is_dir() else []
+    lines = []
+    for run_id in manifest.roster:
+        twin = next(
+            (name for name in present if name != run_id and name.casefold() == run_id.casefold()), None
+        )
+        if twin is not None:
+            lines.append(
+                f"run {run_id}: runs/{twin} is another run whose id differs only in case, and a disk that "
+                "folds case holds both in one folder; give one of them another id"
+            )
+            continue
+        wanted = [path for path in stale if path.split("/", 1)[0] == run_id]
+        for other, listed, keys in _listed_elsewhere(root, run_id, manifest.pull_id) if wanted else ():
+            if kept := _holding(runs, [path for path in wanted if path in listed], listed, keys):
+                lines.append(
+                    f"run {run_id}: runs/{kept[0]} and {len(kept) - 1} more file(s) hold the bytes pull {other} "
+                    f"brought home, and pull {manifest.pull_id} lists other bytes for them: a pull never "
+                    f"overwrites another's copy (if it is the same run sealed again, move runs/{run_id} aside "
+                    "first; if it is another run, seal it under an id of its own)"
+                )
+                break
+    return lines
+
+
+def _listed_elsewhere(
+    root: Path, run_id: str, pull_id: str
+) -> list[tuple[str, dict[str, Mapping[str, Any]], Mapping[str, Any]]]:
+    """Every other usable pull manifest naming ``run_id``: its pull id, its entries of the run by path, and
+    the stat keys its receipt recorded (none without a receipt)."""
+    found: list[tuple[str, dict[str, Mapping[str, Any]], Mapping[str, Any]]] = []
+    for path in sorted(manifests.pulls_dir(root).glob(f"*/{manifests.MANIFEST}")):
+        if path.parent.name == pull_id or not is_safe_id(path.parent.name) or not is_regular(path):
+            continue
+        other = manifests.read_manifest(path)
+        if run_id not in other.roster or manifests.manifest_problems(other):
+            continue
+        receipt = manifests.receipt_of(other)
+        document = receipt[0] if receipt is not None else None
+        keys = document.get("stat_keys") if isinstance(document, dict) else None
+        listed: dict[str, Mapping[str, Any]] = {entry["path"]: entry for entry in other.entries_of(run_id)}
+        found.append((other.pull_id, listed, keys if isinstance(keys, dict) else {}))
+    return found
+
+
+def _holding(
+    runs: Path, paths: list[str], listed: Mapping[str, Mapping[str, Any]], keys: Mapping[str, Any]
+) -> list[str]:
+    """The ``paths`` whose local file holds the bytes ``listed`` names for it."""
+    held: list[str] = []
+    unkeyed: dict[Path, str] = {}
+    for path in paths:
+        try:
+            info = os.lstat(runs / path)
+        except OSError:
+            continue
+        if not stat.S_ISREG(info.st_mode) or info.st_size != listed[path]["bytes"]:
+            continue
+        if stat_key(info) == keys.get(path):
+            held.append(path)
+        else:
+            unkeyed[runs / path] = path
+    digests = hash_files(unkeyed) if unkeyed else {}
+    held += [path for local, path in unkeyed.items() if digests[local].sha256 == listed[path]["sha256"]]
+    return sorted(held)
 
 
 def stale_files(runs: Path, manifest: manifests.ManifestFile) -> tuple[list[str], int]:
@@ -184,7 +276,7 @@ def pull(
     bwlimit_kbps: int | None = None,
     log: Callable[[str], None] = print,
 ) -> PullResult:
-    manifest = fetch_manifest(box, root, pull_id)
+    manifest, data = box_manifest(box, root, pull_id)
     runs = root / "runs"
     for run_id in manifest.roster:
         if detour := manifests.folder_detour(runs, run_id):
@@ -195,6 +287,9 @@ def pull(
             )
     result = PullResult(pull_id)
     stale, result.checked = stale_files(runs, manifest)
+    if clashes := overwritten(root, manifest, stale):
+        raise Refusal(f"pull {pull_id}: {' | '.join(clashes)}; nothing was fetched")
+    keep_manifest(manifest, data)
     for run_id in manifest.roster:
         wanted = [path.split("/", 1)[1] for path in stale if path.split("/", 1)[0] == run_id]
         for folder in manifest.empty_dirs_of(run_id):

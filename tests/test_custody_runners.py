@@ -205,6 +205,24 @@ def test_verify_writes_every_file_and_folder_back_to_disk_before_it_takes_their_
     assert len(files) > 400 and (files | folders) <= keyed[0]  # before the first key was taken
 
 
+def test_a_pull_refuses_a_run_id_that_differs_from_a_local_run_only_in_case(
+    project: Path, tmp_path: Path
+) -> None:
+    """On a disk that folds case (macOS, NTFS), ``runs/DEMO`` and ``runs/demo`` are one folder: a pull of
+    ``demo`` wrote into the other run's copy."""
+    from runaudit.manifest import read_manifest
+    from runaudit.runners.pull import overwritten
+
+    assert _manifest(project, _roster(tmp_path, "demo\n"), "p2") == 0
+    manifest = read_manifest(project / "_trust" / "pulls" / "p2" / MANIFEST)
+    assert overwritten(project, manifest, []) == []
+    (project / "runs" / DEMO_RUN_ID.upper()).mkdir(parents=True)
+    (line,) = overwritten(project, manifest, [])
+    assert line.startswith(
+        f"run {DEMO_RUN_ID}: runs/{DEMO_RUN_ID.upper()} is another run whose id differs only"
+    )
+
+
 @pytest.mark.parametrize(
     ("failing", "code"),
     [(f"{DEMO_RUN_ID}/best.pth", errno.EIO), (f"{DEMO_RUN_ID}/test", errno.ENOSPC)],

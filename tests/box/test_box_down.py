@@ -25,6 +25,7 @@ from test_box_pull import build_manifest_on_box
 from runaudit.cli import main
 from runaudit.examples.digits.build import DEMO_RUN_ID
 from runaudit.manifest import RECEIPT
+from runaudit.receipts import receipt_status
 from runaudit.runners.close import SEALED_ENTRIES
 from runaudit.runners.launch import launch
 from runaudit.workspace import LOCK_FILE, try_lock
@@ -274,6 +275,34 @@ def test_a_run_still_training_blocks_while_its_writer_holds_the_lock(
     os.mkfifo(workspace / LOCK_FILE)  # not a lock any writer could hold, and nothing to open blocking
     assert down(sshbox, pulled, box) == 2
     assert f"its active/{DEMO_RUN_ID}/{LOCK_FILE} is not a plain file the box could probe" in refused(capsys)
+
+
+def test_a_pull_never_overwrites_the_copy_another_pull_brought_home(
+    sshbox: SshBox, pulled: Pulled, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Box A's run was pulled, verified and its box torn down; box B held another run sealed under the same
+    id. ``pull p2`` from box B wrote over ``runs/demo``: the only copy of box A's run was gone. The local
+    project here is a copy (new stat keys, as after a restore), so the bytes themselves must tell."""
+    local = tmp_path / "local"
+    shutil.copytree(pulled.local, local, symlinks=True)
+    other = tmp_path / "box-b"
+    shutil.copytree(pulled.producer / "export", other / "export")
+    for records in ("selections", "splits"):
+        shutil.copytree(pulled.producer / "_trust" / records, other / "_trust" / records)
+    png = sorted((other / "export" / DEMO_RUN_ID / "test").rglob("*.png"))[0]
+    png.write_bytes(png.read_bytes()[:-1] + bytes([png.read_bytes()[-1] ^ 1]))  # another run's render
+    build_manifest_on_box(sshbox, other, "p2")
+    capsys.readouterr()
+    mine = local / "runs" / png.relative_to(other / "export")
+    before = mine.read_bytes()
+
+    assert main(["pull", *sshbox.cli_args(other), "--root", str(local), "--pull-id", "p2"]) == 2
+    err = capsys.readouterr().err
+    assert f"runs/{png.relative_to(other / 'export')} and 0 more file(s) hold the bytes pull p1" in err
+    assert "nothing was fetched" in err and err.count("\n") == 1
+    assert mine.read_bytes() == before
+    assert not (local / "_trust" / "pulls" / "p2").exists()  # p1's manifest still governs the run
+    assert receipt_status(local, [DEMO_RUN_ID]).ok
 
 
 def test_a_launched_job_or_a_queue_runner_still_running_blocks(
