@@ -357,7 +357,36 @@ def test_a_verified_copy_on_another_machine_s_folder_or_in_memory_is_no_copy(
         table.write_text(real + f"900 1 0:99 / {point} rw - {kind} {source} rw\n")
         status = receipt_status(project, [DEMO_RUN_ID])
         assert not status.ok and why in status.problems[0]
+    # Memory behind a layer: an overlay whose upper folder is on tmpfs, ext4 on a RAM block device, ext4 on a
+    # loop device whose backing file is on tmpfs (each got a receipt); and an NFS mount this machine serves
+    # itself, which is how rclone mounts the box without FUSE. NFS from a file server stays storage.
+    ram = str(tmp_path.resolve() / "ram")
+    sys_block = tmp_path / "sys-block"
+    (sys_block / "loop7" / "loop").mkdir(parents=True)
+    (sys_block / "loop7" / "loop" / "backing_file").write_text(f"{ram}/runs.img\n")
+    monkeypatch.setattr(mounts, "BLOCK_DEVICES", sys_block)
+    shm = f"901 1 0:98 / {ram} rw - tmpfs tmpfs rw\n"
+    for lines, why in (
+        (
+            shm
+            + f"902 1 0:97 / {point} rw - overlay overlay rw,lowerdir=/usr,upperdir={ram}/up,workdir={ram}/w\n",
+            f"an overlay mount of overlay whose storage lies on {ram}, a tmpfs in memory",
+        ),
+        (f"902 1 0:97 / {point} rw - ext4 /dev/zram0 rw\n", "/dev/zram0, a block device in memory"),
+        (
+            shm + f"902 1 0:97 / {point} rw - ext4 /dev/loop7 rw\n",
+            f"an ext4 mount of /dev/loop7 whose storage lies on {ram}, a tmpfs in memory",
+        ),
+        (f"902 1 0:97 / {point} rw - nfs localhost:/srv/box rw\n", "served by this machine itself"),
+        (f"902 1 0:97 / {point} rw - nfs4 127.0.0.1:/ rw\n", "served by this machine itself"),
+    ):
+        table.write_text(real + lines)
+        status = receipt_status(project, [DEMO_RUN_ID])
+        assert not status.ok and why in status.problems[0], status.problems
+    table.write_text(real + f"902 1 0:97 / {point} rw - nfs4 fileserver:/export rw\n")
+    assert receipt_status(project, [DEMO_RUN_ID]).ok
     # verify writes no receipt over a copy in memory (the attack pulled into /dev/shm and was approved).
+    table.write_text(real + f"900 1 0:99 / {point} rw - tmpfs tmpfs rw\n")
     from runaudit.runners.custody import verify_pull
 
     verification = verify_pull(project, DEMO_RUN_ID, log=lambda line: None)
@@ -367,7 +396,7 @@ def test_a_verified_copy_on_another_machine_s_folder_or_in_memory_is_no_copy(
     table.write_text(real + f"900 1 0:99 / {inner} rw - ext4 /dev/sdb1 rw\n")
     status = receipt_status(project, [DEMO_RUN_ID])
     assert (
-        not status.ok and "is a ext4 mount of /dev/sdb1: its files are not on the disk" in status.problems[0]
+        not status.ok and "is an ext4 mount of /dev/sdb1: its files are not on the disk" in status.problems[0]
     )
     # Storage that outlives the box (NFS, Lustre) is where users keep runs: still a copy.
     table.write_text(real + f"900 1 0:99 / {point} rw - nfs4 filer:/projects rw\n")
