@@ -17,6 +17,7 @@ from runaudit.shutdown import skip_final_collection
 from runaudit.usage import Refusal
 
 USAGE_ERROR = 2
+INTERRUPTED = 130  # what a shell reports for a command that Ctrl-C (SIGINT) ended: 128 + 2
 VERB_MODULES = (
     "runaudit.runners.close",
     "runaudit.runners.manifest",
@@ -60,3 +61,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Refusal as exc:
         print(f"runaudit {args.verb}: error: {exc}", file=sys.stderr)
         return USAGE_ERROR
+    except KeyboardInterrupt:  # Ctrl-C is the user's choice, not a crash: one line, never a traceback
+        print(
+            f"runaudit {args.verb}: interrupted (Ctrl-C) before it finished; each file it writes is written "
+            "whole or not at all, so run the same command again",
+            file=sys.stderr,
+        )
+        return INTERRUPTED

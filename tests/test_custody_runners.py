@@ -7,6 +7,7 @@ import hashlib
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -203,6 +204,28 @@ def test_verify_writes_every_file_and_folder_back_to_disk_before_it_takes_their_
     files = {path.resolve() for path in capsule.rglob("*") if path.is_file()}
     folders = {capsule, *(path.resolve() for path in capsule.rglob("*") if path.is_dir())}
     assert len(files) > 400 and (files | folders) <= keyed[0]  # before the first key was taken
+
+
+def test_ctrl_c_ends_a_verb_in_one_line_and_no_receipt(project: Path, tmp_path: Path) -> None:
+    """Ctrl-C during verify (and pull, and down) printed a KeyboardInterrupt traceback, where the runners
+    promise one line."""
+    assert _manifest(project, _roster(tmp_path, "demo\n"), "p2") == 0
+    with subprocess.Popen(
+        [sys.executable, "-m", "runaudit", "verify", "--root", str(project), "--pull-id", "p2"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,  # its own process group, as a terminal's foreground job is
+    ) as verifying:
+        assert verifying.stderr is not None
+        first = verifying.stderr.readline()
+        assert "auditing" in first, first  # the sessions are starting: a Ctrl-C now lands mid-verify
+        os.killpg(verifying.pid, signal.SIGINT)
+        rest = verifying.stderr.read()
+    assert verifying.returncode == 130, rest
+    assert "Traceback" not in rest and rest.count("\n") == 1, rest
+    assert rest.startswith("runaudit verify: interrupted (Ctrl-C) before it finished")
+    assert not (project / "_trust" / "pulls" / "p2" / RECEIPT).exists()
 
 
 def test_a_pull_refuses_a_run_id_that_differs_from_a_local_run_only_in_case(
