@@ -234,4 +234,4 @@ class VerdictReport:
         if self.report_problem is not None:
             terminalreporter.write_line(f"runaudit: {self.report_problem}", red=True)
         for path in self.written:
-            terminalreporter.write_line(f"runaudit: wrote {path}")
+            terminalreporter.write_line(f"runaudit: wrote {document.shell_word(str(path))}")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import json
 import socket
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -13,8 +14,10 @@ from report_records import HOSTILE, build, demo_run, record, science_records
 
 from runaudit.ids import report_stem
 from runaudit.reports import html
+from runaudit.reports.document import reproduce_line
 from runaudit.reports.receipt import binding_receipt
 from runaudit.reports.schema import report_problems
+from runaudit.verdict import printable
 
 
 def custody(verdict: str = "passed") -> dict[str, Any]:
@@ -141,3 +144,26 @@ def test_safe_to_tear_down_needs_held_custody_and_a_current_receipt(project: Pat
 def test_report_file_names_stay_in_the_folder_and_off_the_sweep_index(run_id: str, stem: str) -> None:
     assert report_stem(run_id) == stem
     assert "/" not in stem and not stem.startswith(".")
+
+
+@pytest.mark.parametrize(
+    "folder",
+    [
+        "/tmp/plain",
+        "/tmp/a space's",
+        "/tmp/esc\x1b[31m",
+        "/tmp/new\nline",
+        "/tmp/bad\udcff",
+        "/tmp/c1\x85\u2028",
+    ],
+    ids=["plain", "quotes", "escape", "line-break", "undecodable", "unicode-controls"],
+)
+def test_the_reproduce_line_names_the_real_folder_and_only_shows(folder: str) -> None:
+    """A project path holding an ESC reached the report as the four characters ``\\x1b`` (every report string
+    is shown printable): the reproduce line named a folder that does not exist. It must be printable as it
+    is, and a shell must read the real bytes back from it."""
+    line = reproduce_line(Path(folder), ["--run", "demo"])
+    assert printable(line) == line and "\n" not in line
+    word = line.removeprefix("cd ").partition(" && ")[0]
+    echoed = subprocess.run(["bash", "-c", f"printf %s {word}"], capture_output=True, check=True).stdout
+    assert echoed == folder.encode("utf-8", "surrogateescape")
