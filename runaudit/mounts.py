@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import re
+import socket
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -110,6 +111,42 @@ def elsewhere(path: Path) -> str | None:
             "disk that holds the capsule folder"
         )
     return None
+
+
+def served_by(path: Path, host: str) -> str | None:
+    """Why the folder ``path`` is ``host``'s own storage, reached here over NFS or SMB, or None.
+
+    NFS is storage that outlives a box, except the box's own: a copy on an NFS export of the box is gone
+    with it. The mount's server and ``host`` are compared by name and by every address each resolves to.
+    """
+    holding = _holding(path, _mounts())
+    if holding is None or holding.kind not in SERVED:
+        return None
+    server = _server(holding.source)
+    if server and _addresses(server) & _addresses(host):
+        return (
+            f"{path} lies on {holding.point}, {_a(holding.kind)} mount of {holding.source}: the box's own "
+            "storage, gone with it"
+        )
+    return None
+
+
+def _server(source: str) -> str:
+    """The server of an NFS (``server:/export``) or SMB (``//server/share``) mount source."""
+    if source.startswith("//"):
+        return source[2:].partition("/")[0]
+    if source.startswith("["):  # [fe80::1]:/export
+        return source[1:].partition("]")[0]
+    return source.partition(":")[0]
+
+
+def _addresses(host: str) -> set[str]:
+    """``host`` itself and every address it resolves to (none where it does not resolve)."""
+    try:
+        resolved = {str(info[4][0]) for info in socket.getaddrinfo(host, None)}
+    except (OSError, UnicodeError):
+        resolved = set()
+    return {host.lower(), *resolved}
 
 
 def in_memory(path: Path) -> str | None:

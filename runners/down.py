@@ -65,8 +65,9 @@ import runaudit
 from runaudit.atomic import write_json_atomic
 from runaudit.clock import stamp, utc_text
 from runaudit.ids import is_safe_id
+from runaudit.mounts import served_by
 from runaudit.platforms import Profile
-from runaudit.receipts import RunReceipt, receipt_status
+from runaudit.receipts import HOLDERS, RunReceipt, receipt_status
 from runaudit.roster import parse_roster, read_roster
 from runaudit.runners.box import Box, add_box_arguments, box_from_args
 from runaudit.runners.close import REASON_FILE, SEALED_ENTRIES
@@ -369,6 +370,7 @@ class Inventory:
     root: str
     entries: tuple[Entry, ...] = ()
     areas: tuple[str, ...] = ()  # the areas that exist under the root
+    host: str = ""  # the box's host as named: a verified copy on its own NFS export goes with it
 
     def by_run(self) -> dict[str, list[Entry]]:
         found: dict[str, list[Entry]] = {}
@@ -555,7 +557,7 @@ def take_inventory(box: Box) -> Inventory:
             f"down refused: cannot inventory the box {label} under {root} (the listing exited "
             f"{answer.exit_code}: {answer.tail(2)}); {NOTHING_STOPPED}"
         )
-    return parse_inventory(answer.stdout, label, root)
+    return replace(parse_inventory(answer.stdout, label, root), host=box.endpoint.host)
 
 
 def coverage(root: Path, named: Sequence[str], inventory: Inventory, abandon: Iterable[str]) -> Approval:
@@ -613,6 +615,8 @@ def coverage(root: Path, named: Sequence[str], inventory: Inventory, abandon: It
             why = LIVE_WRITER["held" if "held" in writers else "unknown"].format(run=key, lock=LOCK_FILE)
         elif status is not None and (problems := status.runs[key].problems):
             why = "; ".join(line.removeprefix(f"run {key}: ") for line in problems)
+        elif status is not None and (served := _on_the_box(root, status.runs[key], inventory.host)):
+            why = served
         elif any(entry.newer_than_a_receipt for entry in entries):
             why = "the box holds bytes of it that its receipt, which covers only the bytes it verified, does not"
         elif status is not None and (differences := _unlike_the_receipt(entries, status.runs[key])):
@@ -628,6 +632,14 @@ def coverage(root: Path, named: Sequence[str], inventory: Inventory, abandon: It
         )
     receipts = status.runs if status is not None else {}
     return Approval(inventory, list(named), dict(receipts), abandoned)
+
+
+def _on_the_box(root: Path, receipt: RunReceipt, host: str) -> str | None:
+    """Why the copy a receipt verified is the box's own storage (an NFS export of the box), or None."""
+    holder = receipt.document.get("holder") if receipt.document is not None else None
+    if not host or holder not in HOLDERS:
+        return None
+    return served_by(root / holder / receipt.run_id, host)
 
 
 def _still_running(entry: Entry, key: str) -> str:

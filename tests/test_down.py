@@ -662,3 +662,24 @@ def test_a_remote_root_with_a_line_break_is_refused_where_it_is_parsed(
     with pytest.raises(SystemExit):
         main([*args, "--remote-root", "/srv/pro\nject", "--profile", "runpod", "--target", "pod-7"])
     assert "--remote-root must be an absolute, printable path" in capsys.readouterr().err
+
+
+def test_a_verified_copy_on_the_box_s_own_nfs_export_goes_with_the_box(
+    project: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """NFS is storage that outlives a box, but not the box's own export: with the pull on an NFS mount
+    served by the box, down approved, and the teardown took the only copy. (The kernel's mount table is the
+    boundary: this test gives it the line the mount would add.)"""
+    from runaudit import mounts
+
+    table = tmp_path / "mountinfo"
+    real = mounts.MOUNTINFO.read_text() if mounts.MOUNTINFO.exists() else ""
+    point = str((project / "export").resolve()).replace(" ", "\\040")
+    monkeypatch.setattr(mounts, "MOUNTINFO", table)
+    listing = replace(inventory(project, ("export", DEMO_RUN_ID)), host="10.1.2.3")
+    for kind, source in (("nfs4", "10.1.2.3:/srv/project/export"), ("cifs", "//10.1.2.3/project")):
+        table.write_text(real + f"900 1 0:99 / {point} rw - {kind} {source} rw\n")
+        with pytest.raises(Refused, match=rf"{DEMO_RUN_ID} \(export/, sealed\): .*the box's own storage"):
+            approve(project, listing)
+    table.write_text(real + f"900 1 0:99 / {point} rw - nfs4 10.9.9.9:/srv/project/export rw\n")
+    assert list(approve(project, listing).receipts) == [DEMO_RUN_ID]  # a file server's storage is a copy
