@@ -10,14 +10,18 @@ import json
 import math
 import os
 import shutil
+import zipfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
 
+from runaudit import checkpoints
 from runaudit.checkpoints import CheckpointRefused, inspect
 from runaudit.examples.digits.build import DEMO_RUN_ID
+from runaudit.fixtures.custody import _hash_bound
 from runaudit.manifest import MANIFEST, RECEIPT
 
 
@@ -213,6 +217,32 @@ def test_a_fresh_session_never_reads_a_poisoned_cache_entry_and_replaces_it(
     assert again["best.pth"]["verdict"] == "passed" and again["best.pth"]["evidence"]["hashed"] == "cache"
 
 
+def test_files_grown_past_their_listed_size_are_not_hashed_and_their_audits_reach_verdicts(
+    run_audits: Callable[..., Any], capsule_dir: Path, project: Path, manifest_path: Path
+) -> None:
+    """train.csv grown sparse to 60 GiB (2.3 MB on disk) was hashed for 74 s although manifest.size fails it
+    and manifest.sha256 never compares its digest; a best.pth grown past its hashing bound likewise, and the
+    checkpoint audits that compare its digest say not_run instead of crashing or passing."""
+    from runaudit.hashing import HashCache
+
+    listed = {entry["path"]: entry["bytes"] for entry in json.loads(manifest_path.read_text())["files"]}
+    csv, best = capsule_dir / "train.csv", capsule_dir / "best.pth"
+    os.truncate(csv, 1 << 30)
+    os.truncate(best, _hash_bound(listed[f"{DEMO_RUN_ID}/best.pth"]) + 1)
+    outcome = run_audits(capsule_dir, project, "-k", "manifest or checkpoint")
+    assert outcome.verdicts("error") == set(), outcome.result.stdout.str()[-3000:]
+    for name in ("train.csv", "best.pth"):
+        verdicts = {
+            item["audit"]: item["verdict"] for item in outcome.report["verdicts"] if item["subject"] == name
+        }
+        assert (verdicts["manifest.size"], verdicts["manifest.sha256"]) == ("failed", "not_run")
+    for audit, subject in (("checkpoint.safe_load", "best.pth"), ("checkpoint.distinct_last", "last.pth")):
+        [item] = [i for i in outcome.find(audit) if i["subject"] == subject]
+        assert item["verdict"] == "not_run" and "manifest.size" in item["message"], item
+    cache = HashCache(project)
+    assert cache.get(csv, csv.lstat()) is None and cache.get(best, best.lstat()) is None
+
+
 # -- checkpoint.* -----------------------------------------------------------------------------------
 
 
@@ -258,6 +288,63 @@ def test_safe_loader_never_runs_a_payload_under_mmap(tmp_path: Path) -> None:
     with pytest.raises(CheckpointRefused, match="weights_only=True"):
         inspect(path)
     assert not marker.exists()
+
+
+def _naming_globals(pairs: list[tuple[str, str]], times: int) -> bytes:
+    """A protocol-4 pickle naming each global of ``pairs`` ``times`` over (STACK_GLOBAL, then POP), then an
+    empty dict: the 60 MB data.pkl of ten million of them took the storage lister 68 s."""
+
+    def text(value: str) -> bytes:  # SHORT_BINUNICODE
+        return b"\x8c" + bytes([len(value.encode())]) + value.encode()
+
+    return (
+        b"\x80\x04" + b"".join(text(module) + text(name) + b"\x930" for module, name in pairs) * times + b"}."
+    )
+
+
+def _with_data_pkl(path: Path, data: bytes) -> None:
+    """The torch archive at ``path`` with ``data`` for its data.pkl, every record stored as torch stores it."""
+    with zipfile.ZipFile(path) as source:
+        records = [(info.filename, source.read(info.filename)) for info in source.infolist()]
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED) as archive:
+        for name, content in records:
+            archive.writestr(zipfile.ZipInfo(name), data if name.endswith("/data.pkl") else content)
+
+
+def test_a_data_pkl_past_its_cap_is_refused_unread(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(checkpoints, "DATA_PKL_CAP", 1 << 16)
+    path = tmp_path / "best.pth"
+    torch.save({"w": torch.ones(3)}, path)
+    _with_data_pkl(path, _naming_globals([("m", "n")], 10_000))
+
+    def unread(data: bytes) -> None:
+        raise AssertionError("a data.pkl past the cap was read")
+
+    monkeypatch.setattr(checkpoints._StorageLister, "__init__", unread)
+    with pytest.raises(CheckpointRefused) as refused:
+        inspect(path)
+    message = str(refused.value)
+    assert message.startswith("best.pth ") and f"{checkpoints.DATA_PKL_CAP}-byte cap" in message
+    assert "\n" not in message
+
+
+def test_the_lister_builds_a_global_once_and_refuses_past_its_bound(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    repeated = _naming_globals([("m", "n")], 100_000)
+    lister = checkpoints._StorageLister(repeated)
+    lister.load()
+    assert lister.find_class("m", "n") is lister.find_class("m", "n")
+    monkeypatch.setattr(checkpoints, "MAX_GLOBALS", 8)
+    path = tmp_path / "best.pth"
+    torch.save({"w": torch.ones(3)}, path)
+    _with_data_pkl(path, _naming_globals([(f"m{index}", "n") for index in range(9)], 1))
+    with pytest.raises(CheckpointRefused) as refused:
+        inspect(path)
+    message = str(refused.value)
+    assert (
+        message.startswith("best.pth ") and f"more than {checkpoints.MAX_GLOBALS} distinct globals" in message
+    )
 
 
 @pytest.mark.parametrize("bad", [math.nan, math.inf], ids=["nan", "inf"])

@@ -134,6 +134,18 @@ ATTACKS: dict[str, tuple[Callable[[bytes], bytes], str]] = {
         "expected the safetensors header to be a JSON object",
     ),
     "shorter-than-length": (lambda data: data[:5], "expected a safetensors file"),
+    # Counts past any float: formatting their size as one raised OverflowError, three error verdicts.
+    "dims-past-int64": (_set(0, shape=[10**200, 10**200]), "expected a shape of at most"),
+    "bytes-past-float": (_set(0, shape=[1 << 62] * 17), "-digit number of bytes"),
+    # Products of bignums: 6000 dimensions of 10**300 took 55 s to refuse; past the cap none is multiplied.
+    "dims-past-the-cap": (
+        _set(0, shape=[10**300] * (checkpoints.SAFETENSORS_MAX_DIMS + 1)),
+        f"expected a shape of at most {checkpoints.SAFETENSORS_MAX_DIMS} dimensions",
+    ),
+    "ones-past-the-cap": (
+        _edit(lambda header, names: header[names[0]]["shape"].extend([1] * checkpoints.SAFETENSORS_MAX_DIMS)),
+        f"expected a shape of at most {checkpoints.SAFETENSORS_MAX_DIMS} dimensions",
+    ),
 }
 
 
@@ -424,7 +436,7 @@ def test_resume_state_is_not_applicable_to_safetensors(run_audits, capsule_dir: 
 # Every attack is refused by the reader above; whole sessions (seconds each) carry one of each kind through
 # the gate to its verdict and report: a header past its bounds, a header that is not strict JSON, and a
 # tensor table that does not tile the buffer.
-SESSION_ATTACKS = ("header-length-past-file", "duplicate-key", "overlap")
+SESSION_ATTACKS = ("header-length-past-file", "duplicate-key", "overlap", "dims-past-int64")
 
 
 @SESSION
@@ -442,6 +454,26 @@ def test_hostile_header_fails_safe_load_and_the_report_is_written(
     assert "\n" not in item["message"]
     for audit in ("checkpoint.tensors", "checkpoint.finite", "checkpoint.selection"):
         assert _of(outcome, audit, "best.safetensors")["verdict"] == "not_run"
+
+
+@SESSION
+def test_a_checkpoint_whose_reader_crashes_is_read_once(
+    run_audits: Callable[..., Any], capsule_dir: Path, project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A reader that raises other than CheckpointRefused (an OverflowError did, after 18 s of math.prod on a
+    hostile shape) reads the file once: each audit that asks gets the same error, not another read."""
+    read = []
+
+    def crashing(path: Path, *, allow_pickle: bool = False) -> Any:
+        read.append(path.name)
+        raise OverflowError("integer division result too large for a float")
+
+    monkeypatch.setattr(checkpoints, "inspect", crashing)
+    outcome = run_audits(capsule_dir, project, "-k", "checkpoint", "--fresh-hashes")  # no cached inspection
+    assert read.count("best.safetensors") == 1, read
+    for audit in ("checkpoint.tensors", "checkpoint.finite", "checkpoint.selection"):
+        item = _of(outcome, audit, "best.safetensors")
+        assert item["verdict"] == "error" and "\n" not in item["message"], item
 
 
 @SESSION
