@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pytest
@@ -20,6 +20,9 @@ from runaudit.history import History, load_history
 from runaudit.reader import CapsuleReader, Unavailable
 from runaudit.run import Run
 from runaudit.siblings import group_of, reader, seed_of
+
+if TYPE_CHECKING:
+    from runaudit.trackers import TrackerRun, TrackerUnreadable
 
 pytestmark = pytest.mark.science
 
@@ -475,6 +478,32 @@ def test_stale_repeat(
     )
 
 
+def _tracker_logs(run: Run, capsule: CapsuleReader) -> dict[str, TrackerRun] | TrackerUnreadable:
+    """Every tracker run the capsule seals, read once per session, or why one cannot be: the audit is one
+    case per tracker run and each case holds its run against all the others (300 tiny run folders, all
+    re-read by every case, took 96 s)."""
+    from runaudit.trackers import TrackerUnreadable, read_run, tracker_folders
+
+    def read() -> dict[str, TrackerRun] | TrackerUnreadable:
+        try:
+            return {
+                name: read_run(run.path, name, files) for name, files in tracker_folders(run.path).items()
+            }
+        except TrackerUnreadable as exc:  # kept, so that each case reports it without reading again
+            return exc
+
+    return capsule.once("trackers", TRACKERS, read)
+
+
+def _compared(
+    capsule: CapsuleReader, runs: Mapping[str, TrackerRun], name: str, history: History
+) -> tuple[list[str], list[str]]:
+    """:func:`~runaudit.trackers.scalar_findings` of one tracker run, once per session."""
+    from runaudit.trackers import scalar_findings
+
+    return capsule.once("tracker_scalars", name, lambda: scalar_findings(runs[name], history))
+
+
 def test_tracker_agrees(
     run: Run, capsule: CapsuleReader, audit: AuditRecorder, tracker_run: str | None
 ) -> None:
@@ -494,44 +523,42 @@ def test_tracker_agrees(
         )
     if tracker_run is None:
         audit.not_applicable("the capsule seals no tracker logs (trackers/tensorboard/, trackers/wandb/)")
-    from runaudit.trackers import (
-        TrackerUnreadable,
-        config_findings,
-        direction_findings,
-        kind_of,
-        read_run,
-        scalar_findings,
-        tracker_folders,
-    )
+    from runaudit.trackers import SHOWN, TrackerUnreadable, config_findings, direction_findings, kind_of
 
-    folders = tracker_folders(run.path)
     try:
-        runs = {name: read_run(run.path, name, files) for name, files in folders.items()}
+        runs = _tracker_logs(run, capsule)
     except ImportError as exc:
         audit.not_run(
             f"{exc.name} is not installed: pip install 'runaudit[trackers]' to read the tracker logs"
         )
-    except TrackerUnreadable as exc:
-        audit.disclose(f"run {run.run_id}: {exc}", affects=[TRAINING, *metric_claims(run)])
+    if isinstance(runs, TrackerUnreadable):
+        audit.disclose(f"run {run.run_id}: {runs}", affects=[TRAINING, *metric_claims(run)])
         return
-    findings, logged = scalar_findings(runs[tracker_run], history)
+    compared, logged = _compared(capsule, runs, tracker_run, history)
+    findings = list(compared)  # the cached list stays as it is for the other cases
     if not logged:
         tags = ", ".join(sorted(runs[tracker_run].scalars)) or "none"
         findings.append(
             f"{tracker_run}: none of its scalars ({tags}) is a train.csv column: another run's log"
         )
-    for other, read in runs.items():
-        same_tracker = other != tracker_run and kind_of(other) == kind_of(tracker_run)
-        shared = sorted(set(logged) & set(scalar_findings(read, history)[1])) if same_tracker else []
-        if shared:
-            findings.append(
-                f"{tracker_run} and {other} both log {', '.join(shared)}: two tracker runs for one capsule"
-            )
+    duplicates = [
+        (other, shared)
+        for other in runs
+        if other != tracker_run
+        and kind_of(other) == kind_of(tracker_run)
+        and (shared := sorted(set(logged) & set(_compared(capsule, runs, other, history)[1])))
+    ]
+    findings += [
+        f"{tracker_run} and {other} both log {', '.join(shared)}: two tracker runs for one capsule"
+        for other, shared in duplicates[:SHOWN]
+    ]
+    if len(duplicates) > SHOWN:
+        findings.append(f"{tracker_run}: {len(duplicates) - SHOWN} more tracker runs log its columns too")
     with contextlib.suppress(Unavailable):  # config.yaml's own audit (capsule.config_hash) reports it
         findings += config_findings(runs[tracker_run], capsule.config())
     declared = {metric.name: metric.direction for metric in run.metrics if metric.direction}
     findings += direction_findings(runs[tracker_run], declared)
-    audit.evidence(tracker_run=tracker_run, columns=logged, files=list(folders[tracker_run]))
+    audit.evidence(tracker_run=tracker_run, columns=logged, files=list(runs[tracker_run].files))
     if findings:
         audit.disclose(f"run {run.run_id}: " + "; ".join(findings), affects=[TRAINING, *metric_claims(run)])
         return

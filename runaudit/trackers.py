@@ -4,8 +4,9 @@ A TensorBoard chart is what people look at and what a paper's curves are often d
 ``train.csv`` is what was sealed. When they disagree, one of them shows a run the other does not: a log
 directory shared by two runs, a tracker that kept a crashed attempt's points, a value logged before a fix.
 This module finds the TensorBoard runs under ``trackers/tensorboard/`` (one run per folder there; the event
-files below it, e.g. the ``add_hparams`` sub-run, belong to it), reads them with tensorboard's
-``EventFileLoader`` (no network, no TensorFlow), and lists each disagreement as one line:
+files below it, e.g. the ``add_hparams`` sub-run, belong to it), reads them with tensorboard's record reader
+and event compat layers (no network, no TensorFlow; a log it cannot read to its last byte is unreadable), and
+lists each disagreement as one line:
 
 - a scalar whose points differ from the train.csv column of the same name at the same step (or epoch), or
   which logs steps train.csv does not have, or stops before it does (its final value differs);
@@ -16,10 +17,11 @@ files below it, e.g. the ``add_hparams`` sub-run, belong to it), reads them with
 
 from __future__ import annotations
 
+import itertools
 import math
 import os
 import stat
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -114,6 +116,18 @@ def read_run(capsule: Path, name: str, files: Iterable[str]) -> TrackerRun:
 
 # A tracker log (an event file, a W&B record log) larger than this is refused, not parsed.
 LOG_CAP = 256 << 20
+# What one run may log: a W&B log of 1M tags (44 MB) took 50 s and 1.4 GB to read and compare; a real run
+# logs tens of scalars and hyperparameters. More than this is refused, not compared.
+TAGS_CAP = 10_000
+# TensorBoard's reader without TensorFlow checks each record's CRC32C a byte at a time in Python, and each
+# event goes through its compat layers and ``make_ndarray``: 4 MiB of 69-byte scalar events (61k) took
+# 2.0 s to read, about 33 µs an event and 0.2 µs a byte of CRC; a 64 MiB event file made a session take
+# 35-83 s, 256 MiB (LOG_CAP) minutes. A run's scalar log is small (30k steps of 5 scalars: 150k events,
+# 10 MB). Past either cap an event file is refused, not read: about 5 s at most (records as small as 16
+# bytes make the event count the binding cap).
+TENSORBOARD_CAP = 16 << 20
+TENSORBOARD_EVENTS_CAP = 150_000
+TFRECORD_FRAMING = 16  # a record's length (8 bytes) and its CRC (4) before the data, the data's CRC (4) after
 
 
 def _scalar(tensor: Any, rel: str) -> float:
@@ -130,9 +144,31 @@ def _scalar(tensor: Any, rel: str) -> float:
     return float(tensor_util.make_ndarray(tensor).item())
 
 
+def _tensorboard_events(path: Path, rel: str, size: int) -> Iterator[Any]:
+    """The events of one event file, through tensorboard's record reader and the compat layers its
+    ``EventFileLoader`` applies. That reader ends quietly at a damaged or truncated record (it swallows
+    DataLossError, waiting for a writer to complete it), so a sound prefix followed by records of another
+    run with bad CRCs read as a whole log: the records read must span the file to the byte."""
+    from tensorboard import data_compat, dataclass_compat
+    from tensorboard.backend.event_processing.event_file_loader import RawEventFileLoader
+    from tensorboard.compat.proto import event_pb2
+
+    read = 0
+    initial: dict[str, Any] = {}  # tag -> its first SummaryMetadata, as EventFileLoader keeps per file
+    for count, record in enumerate(RawEventFileLoader(str(path)).Load(), 1):
+        if count > TENSORBOARD_EVENTS_CAP:
+            raise TrackerUnreadable(f"{rel} holds more than {TENSORBOARD_EVENTS_CAP} events, past the cap")
+        read += TFRECORD_FRAMING + len(record)
+        event = data_compat.migrate_event(event_pb2.Event.FromString(record))
+        yield from dataclass_compat.migrate_event(event, initial)
+    if read != size:
+        raise TrackerUnreadable(
+            f"{rel}: TensorBoard's reader stops at byte {read} of {size}: a damaged or truncated record"
+        )
+
+
 def _read_tensorboard(capsule: Path, name: str, files: Iterable[str]) -> TrackerRun:
-    """Through tensorboard's own event reader."""
-    from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
+    """Through tensorboard's own record reader and event protobuf."""
     from tensorboard.plugins.hparams import plugin_data_pb2
 
     run = TrackerRun(name, tuple(files))
@@ -142,22 +178,22 @@ def _read_tensorboard(capsule: Path, name: str, files: Iterable[str]) -> Tracker
             info = os.lstat(path)
             if not stat.S_ISREG(info.st_mode):
                 raise TrackerUnreadable(f"{rel} is not a regular file")
-            if info.st_size > LOG_CAP:
+            if info.st_size > TENSORBOARD_CAP:
                 raise TrackerUnreadable(
-                    f"{rel} holds {info.st_size} bytes, past the {LOG_CAP}-byte cap of a log"
+                    f"{rel} holds {info.st_size} bytes, past the {TENSORBOARD_CAP}-byte cap of an event file"
                 )
-            for event in EventFileLoader(str(path)).Load():
+            for event in _tensorboard_events(path, rel, info.st_size):
                 for value in event.summary.value:
                     plugin = value.metadata.plugin_data.plugin_name
                     if plugin == "scalars":
                         number = _scalar(value.tensor, rel)
-                        run.scalars.setdefault(value.tag, {})[int(event.step)] = number
+                        _logged(run.scalars, value.tag, rel)[int(event.step)] = number
                     elif plugin == "hparams" and value.tag == "_hparams_/session_start_info":
                         data = plugin_data_pb2.HParamsPluginData.FromString(
                             value.metadata.plugin_data.content
                         )
                         for key, given in data.session_start_info.hparams.items():
-                            run.hparams[key] = _proto_value(given)
+                            _hparam(run, key, _proto_value(given), rel)
         except TrackerUnreadable:
             raise
         except Exception as exc:  # the reader raises its own and protobuf's errors on damaged records
@@ -165,6 +201,20 @@ def _read_tensorboard(capsule: Path, name: str, files: Iterable[str]) -> Tracker
                 f"{rel}: TensorBoard's reader refused it ({type(exc).__name__})"
             ) from None
     return run
+
+
+def _logged(scalars: dict[str, dict[int, float]], tag: str, rel: str) -> dict[int, float]:
+    """The points of ``tag``, a new tag refused past :data:`TAGS_CAP`."""
+    if tag not in scalars and len(scalars) == TAGS_CAP:
+        raise TrackerUnreadable(f"{rel} logs more than {TAGS_CAP} scalar tags, past the cap")
+    return scalars.setdefault(tag, {})
+
+
+def _hparam(run: TrackerRun, key: str, value: Any, rel: str) -> None:
+    """Record one hyperparameter, a new one refused past :data:`TAGS_CAP`."""
+    if key not in run.hparams and len(run.hparams) == TAGS_CAP:
+        raise TrackerUnreadable(f"{rel} records more than {TAGS_CAP} hyperparameters, past the cap")
+    run.hparams[key] = value
 
 
 # A W&B offline run's ``run-<id>.wandb``: a 7-byte header (":W&B", 0xBEE1, version 0), then records in the
@@ -177,12 +227,16 @@ WANDB_KEPT = frozenset({"_step", "_runtime", "_timestamp"})  # W&B's own bookkee
 
 
 def wandb_records(data: bytes, rel: str) -> Iterable[bytes]:
-    """The records of a ``.wandb`` log, each checked against its CRC; a damaged one raises."""
+    """The records of a ``.wandb`` log, each checked against its CRC; a damaged or torn one raises: a piece
+    out of FIRST/MIDDLE.../LAST order, or a record whose last piece never comes (an earlier record's start
+    left open before the next, as a crashed or spliced log holds, would otherwise vanish unread)."""
     import zlib
 
     if not data.startswith(WANDB_HEADER):
         raise TrackerUnreadable(f"{rel} does not start with the W&B log header")
-    position, pending = len(WANDB_HEADER), b""
+    position = len(WANDB_HEADER)
+    pieces: list[bytes] = []  # of the record begun at byte ``opened``; joined once (+= per piece: quadratic)
+    opened = -1
     while position + 7 <= len(data):
         left = WANDB_BLOCK - position % WANDB_BLOCK
         if left < 7:  # the block's tail is padding
@@ -203,18 +257,25 @@ def wandb_records(data: bytes, rel: str) -> Iterable[bytes]:
             or zlib.crc32(body, zlib.crc32(bytes([kind]))) != checksum
         ):
             raise TrackerUnreadable(f"{rel}: a damaged record at byte {position}")
-        position += 7 + length
-        if kind == FULL:
-            yield body
-        elif kind == FIRST:
-            pending = body
-        elif kind == MIDDLE:
-            pending += body
-        elif kind == LAST:
-            yield pending + body
-            pending = b""
-        else:
+        if kind not in (FULL, FIRST, MIDDLE, LAST):
             raise TrackerUnreadable(f"{rel}: record type {kind} at byte {position} is not a log record")
+        if kind in (FULL, FIRST) and opened >= 0:
+            raise TrackerUnreadable(
+                f"{rel}: a torn record: the one begun at byte {opened} has no last piece before byte {position}"
+            )
+        if kind in (MIDDLE, LAST) and opened < 0:
+            raise TrackerUnreadable(
+                f"{rel}: a torn record: a continuation piece at byte {position} begins none"
+            )
+        if kind == FIRST:
+            opened = position
+        pieces.append(body)
+        position += 7 + length
+        if kind in (FULL, LAST):
+            yield b"".join(pieces)
+            pieces, opened = [], -1
+    if opened >= 0:
+        raise TrackerUnreadable(f"{rel}: a torn record: the one begun at byte {opened} ends with the file")
 
 
 def _read_wandb(capsule: Path, name: str, files: Iterable[str]) -> TrackerRun:
@@ -231,7 +292,7 @@ def _read_wandb(capsule: Path, name: str, files: Iterable[str]) -> TrackerRun:
             data = read_regular(capsule / rel, LOG_CAP)
         except (OSError, UnsafeFile) as exc:
             raise TrackerUnreadable(f"{rel} cannot be read: {exc}") from None
-        for body in wandb_records(data, rel):
+        for index, body in enumerate(wandb_records(data, rel), 1):
             record = wandb_internal_pb2.Record()
             try:
                 record.ParseFromString(body)
@@ -246,18 +307,28 @@ def _read_wandb(capsule: Path, name: str, files: Iterable[str]) -> TrackerRun:
                             and isinstance(value, (int, float))
                             and not isinstance(value, bool)
                         ):
-                            run.scalars.setdefault(key, {})[int(step)] = float(value)
+                            _logged(run.scalars, key, rel)[int(step)] = float(value)
                 elif kind in ("config", "run"):
                     updates = record.config.update if kind == "config" else record.run.config.update
                     for item in updates:
                         key = item.key or ".".join(item.nested_key)
                         if not key.startswith("_"):
-                            run.hparams.update(dotted({key: json.loads(item.value_json)}))
+                            for dotted_key, value in dotted({key: json.loads(item.value_json)}).items():
+                                _hparam(run, dotted_key, value, rel)
                 elif kind == "metric" and record.metric.name:
                     summary = record.metric.summary
                     run.goals[record.metric.name] = "max" if summary.max else "min" if summary.min else ""
-            except Exception:  # protobuf's DecodeError, bad JSON values, nesting past the recursion limit
-                raise TrackerUnreadable(f"{rel}: a record W&B's protobuf cannot parse") from None
+            except TrackerUnreadable:
+                raise
+            except OverflowError:  # float() of a JSON integer past 1.8e308
+                raise TrackerUnreadable(
+                    f"{rel}: record {index} logs an integer past a float's range, not a number to chart"
+                ) from None
+            # protobuf's DecodeError, bad JSON values, nesting past the recursion limit
+            except Exception as exc:
+                raise TrackerUnreadable(
+                    f"{rel}: record {index} is refused by W&B's protobuf or its JSON values ({type(exc).__name__})"
+                ) from None
     return run
 
 
@@ -270,10 +341,14 @@ def _key(name: str) -> str:
     return name.lower().replace("/", "_").replace("-", "_").replace(" ", "_")
 
 
-def column_of(tag: str, columns: Iterable[str]) -> str | None:
-    """The train.csv column a tag logs: the same name, with ``/`` as ``_`` (``val/accuracy``), or its last
-    part (``charts/train_loss``)."""
-    known = {_key(column): column for column in columns}
+def column_keys(columns: Iterable[str]) -> dict[str, str]:
+    """The train.csv columns by the key :func:`column_of` matches a tag with."""
+    return {_key(column): column for column in columns}
+
+
+def column_of(tag: str, known: Mapping[str, str]) -> str | None:
+    """The train.csv column a tag logs (``known``: :func:`column_keys` of the columns): the same name, with
+    ``/`` as ``_`` (``val/accuracy``), or its last part (``charts/train_loss``)."""
     return known.get(_key(tag)) or known.get(_key(tag.rsplit("/", 1)[-1]))
 
 
@@ -283,77 +358,96 @@ def _agree(left: float, right: float) -> bool:
     return math.isclose(left, right, rel_tol=RELATIVE_TOLERANCE, abs_tol=1e-12)
 
 
+def _same_number(left: float, right: float) -> bool:
+    """Integers compare exactly (W&B keeps a config's JSON integers whole: ``float(10**400)`` overflows);
+    a float within float32's tolerance, and never equal to an integer past a float's range."""
+    if isinstance(left, int) and isinstance(right, int):
+        return left == right
+    try:
+        return _agree(float(left), float(right))
+    except OverflowError:
+        return False
+
+
 def scalar_findings(run: TrackerRun, history: History) -> tuple[list[str], list[str]]:
-    """(disagreements, columns the run logs) of one tracker run against train.csv."""
+    """(disagreements, columns the run logs) of one tracker run against train.csv. What depends on train.csv
+    alone (its column keys, steps, epochs, a column's points in order) is built once, not per tag, and a
+    tag costs its own points, not train.csv's rows: a W&B log of 1M tags ending in train_loss rebuilt and
+    compared all of train.csv per tag (50 s)."""
     findings: list[str] = []
     matched: list[str] = []
+    known = column_keys(history.columns)
+    axes = {
+        axis: {int(value) for value in history.values[axis] if math.isfinite(value)}
+        for axis in ("step", "epoch")
+    }
+    series: dict[tuple[str, str], tuple[dict[int, float], list[int]]] = {}
     for tag, points in sorted(run.scalars.items()):
-        column = column_of(tag, history.columns)
+        column = column_of(tag, known)
         if column is None or column in ("epoch", "step") or not history.has(column):
             continue
         matched.append(column)
-        axis = _axis(points, history)
-        rows = {
-            int(position): float(value)
-            for position, value, logged in zip(
-                history.values[axis], history.values[column], history.logged[column], strict=True
-            )
-            if logged and math.isfinite(position)
-        }
-        extra = sorted(set(points) - set(rows))
-        missing = sorted(set(rows) - set(points))
-        differ = [
-            (at, points[at], rows[at])
-            for at in sorted(set(points) & set(rows))
-            if not _agree(points[at], rows[at])
-        ]
+        # ``epoch`` when the tag's x values are train.csv epochs rather than its steps
+        axis = "epoch" if len(points.keys() & axes["epoch"]) > len(points.keys() & axes["step"]) else "step"
+        if (axis, column) not in series:
+            rows = {
+                int(position): float(value)
+                for position, value, logged in zip(
+                    history.values[axis], history.values[column], history.logged[column], strict=True
+                )
+                if logged and math.isfinite(position)
+            }
+            series[axis, column] = rows, sorted(rows)
+        rows, ordered = series[axis, column]
+        common = sorted(at for at in points if at in rows)
+        extra = sorted(at for at in points if at not in rows)
+        # the first missing rows: a scan that passes only rows the tag logs, then stops
+        missing = list(itertools.islice((at for at in ordered if at not in points), SHOWN))
+        differ = [(at, points[at], rows[at]) for at in common if not _agree(points[at], rows[at])]
         where = f"{run.name}: {tag} (train.csv {column}, by {axis})"
         if differ:
             shown = "; ".join(
                 f"{axis} {at}: tracker {mine:.6g}, train.csv {theirs:.6g}"
                 for at, mine, theirs in differ[:SHOWN]
             )
-            findings.append(
-                f"{where}: {len(differ)} of {len(set(points) & set(rows))} points differ ({shown})"
-            )
+            findings.append(f"{where}: {len(differ)} of {len(common)} points differ ({shown})")
         if extra:
-            findings.append(f"{where}: logs {axis}s train.csv has no row for: {_listed(extra)}")
-        if missing:
-            final = max(rows)
             findings.append(
-                f"{where}: stops before train.csv; no point at {axis}s {_listed(missing)} "
+                f"{where}: logs {axis}s train.csv has no row for: {_listed(extra[:SHOWN], len(extra))}"
+            )
+        if missing:
+            final = ordered[-1]
+            findings.append(
+                f"{where}: stops before train.csv; no point at {axis}s {_listed(missing, len(rows) - len(common))} "
                 f"(train.csv ends at {axis} {final} with {rows[final]:.6g})"
             )
     return findings, matched
 
 
-def _axis(points: Mapping[int, float], history: History) -> str:
-    """``step`` when the tag's x values are train.csv steps, ``epoch`` when they are its epochs."""
-    steps = {int(value) for value in history.values["step"] if math.isfinite(value)}
-    epochs = {int(value) for value in history.values["epoch"] if math.isfinite(value)}
-    logged = set(points)
-    return "epoch" if len(logged & epochs) > len(logged & steps) else "step"
-
-
-def _listed(values: list[int]) -> str:
-    shown = ", ".join(map(str, values[:SHOWN]))
-    return f"{shown}, ... ({len(values)} in all)" if len(values) > SHOWN else shown
+def _listed(first: list[int], count: int) -> str:
+    """The first few of ``count`` values, and how many there are when that is more."""
+    shown = ", ".join(map(str, first))
+    return f"{shown}, ... ({count} in all)" if count > len(first) else shown
 
 
 def config_findings(run: TrackerRun, config: Mapping[str, Any] | None) -> list[str]:
     """Hyperparameters the tracker recorded that config.yaml states otherwise (matched by dotted key or,
-    when unique, by the last part of one)."""
+    when unique, by the last part of one; config.yaml's keys are indexed by last part once, not scanned
+    per hyperparameter)."""
     if not run.hparams or not isinstance(config, Mapping):
         return []
     flat = dotted(config)
+    by_last: dict[str, list[str]] = {}
+    for key in flat:
+        by_last.setdefault(key.rsplit(".", 1)[-1], []).append(key)
     findings = []
     for name, value in sorted(run.hparams.items()):
-        keys = [name] if name in flat else [key for key in flat if key.rsplit(".", 1)[-1] == name]
+        keys = [name] if name in flat else by_last.get(name, [])
         if len(keys) != 1:
             continue
         stated = flat[keys[0]]
         same = (
-            _agree(float(value), float(stated))
+            _same_number(value, stated)
             if isinstance(value, (int, float))
             and isinstance(stated, (int, float))
             and not isinstance(stated, bool)

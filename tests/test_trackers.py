@@ -8,7 +8,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +17,7 @@ from science_support import train_demo_seeds
 
 from runaudit.cli import main
 from runaudit.history import parse_history
-from runaudit.trackers import TrackerRun, config_findings, scalar_findings
+from runaudit.trackers import FIRST, FULL, LAST, MIDDLE, TrackerRun, config_findings, scalar_findings
 
 AuditRun = Any  # conftest.AuditRun
 RUNS = ("tb-1", "tb-2")
@@ -193,3 +193,286 @@ def test_a_scalar_declaring_a_huge_shape_is_refused_before_it_is_expanded(tmp_pa
     with pytest.raises(TrackerUnreadable, match="declares the shape 20000 × 20000, not one value"):
         read_run(tmp_path, "trackers/tensorboard/digits", [log.relative_to(tmp_path).as_posix()])
     assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 512 << 10  # KiB: far below 3.2 GB
+
+
+def _events(*values: tuple[int, float], tag: str = "train_loss") -> list[bytes]:
+    """Serialized scalar events as ``SummaryWriter.add_scalar`` writes them (a legacy ``simple_value``,
+    migrated to the scalars plugin by TensorBoard's compat layer), after the file's version event."""
+    from tensorboard.compat.proto import event_pb2, summary_pb2
+
+    version = event_pb2.Event(wall_time=1.0, file_version="brain.Event:2")
+    return [version.SerializeToString()] + [
+        event_pb2.Event(
+            wall_time=1.0,
+            step=step,
+            summary=summary_pb2.Summary(value=[summary_pb2.Summary.Value(tag=tag, simple_value=value)]),
+        ).SerializeToString()
+        for step, value in values
+    ]
+
+
+def _tfrecords(events: list[bytes]) -> list[bytes]:
+    """Each event framed by TensorBoard's own ``RecordWriter`` (length, CRCs, data)."""
+    import io
+
+    from tensorboard.summary.writer.record_writer import RecordWriter
+
+    framed = []
+    for event in events:
+        buffer = io.BytesIO()
+        RecordWriter(buffer).write(event)
+        framed.append(buffer.getvalue())
+    return framed
+
+
+def _bad_crc(record: bytes) -> bytes:
+    """The record with its data's CRC (its last byte) changed."""
+    return record[:-1] + bytes([record[-1] ^ 0xFF])
+
+
+def _read_event_file(tmp_path: Path, data: bytes) -> TrackerRun:
+    from runaudit.trackers import read_run
+
+    folder = tmp_path / "trackers" / "tensorboard" / "digits"
+    folder.mkdir(parents=True)
+    (folder / "events.out.tfevents.1.host").write_bytes(data)
+    return read_run(
+        tmp_path, "trackers/tensorboard/digits", ["trackers/tensorboard/digits/events.out.tfevents.1.host"]
+    )
+
+
+OWN = [(10, 2.0), (20, 1.0), (30, 0.5)]
+OTHER = [(40, 9.0), (50, 8.0)]
+
+
+def test_sound_event_records_are_read_whole(tmp_path: Path) -> None:
+    run = _read_event_file(tmp_path, b"".join(_tfrecords(_events(*OWN))))
+    assert run.scalars == {"train_loss": dict(OWN)}
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        pytest.param(lambda own, other: own + [_bad_crc(record) for record in other], id="bad-crc-tail"),
+        pytest.param(lambda own, other: own[:2] + [_bad_crc(own[2])] + own[3:], id="bad-crc-half-way"),
+        pytest.param(lambda own, other: own + [other[1][:-5]], id="truncated-last-record"),
+        pytest.param(lambda own, other: [_bad_crc(record) for record in other], id="only-bad-records"),
+        pytest.param(lambda own, other: [bytes(4096)], id="zeros"),
+    ],
+)
+def test_a_damaged_event_file_is_unreadable_not_a_shorter_log(
+    tmp_path: Path, damage: Callable[[list[bytes], list[bytes]], list[bytes]]
+) -> None:
+    """TensorBoard's reader ends quietly at a record that fails its CRC or is cut short: a sound prefix
+    and 30 records of another run with bad CRCs passed; zeros read as an empty log, another run's."""
+    from runaudit.trackers import TrackerUnreadable
+
+    data = b"".join(damage(_tfrecords(_events(*OWN)), _tfrecords(_events(*OTHER))))
+    with pytest.raises(
+        TrackerUnreadable, match=rf"events\.out\.tfevents\.1\.host: .* stops at byte \d+ of {len(data)}"
+    ):
+        _read_event_file(tmp_path, data)
+
+
+def test_an_event_file_past_its_caps_is_refused_unread(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """64 MiB of small scalar events took a session 35-83 s through TensorBoard's pure-Python reader; the
+    caps, lowered here, bound it (events, then bytes)."""
+    import runaudit.trackers
+    from runaudit.trackers import TrackerUnreadable
+
+    records = _tfrecords(_events(*OWN))
+    monkeypatch.setattr(runaudit.trackers, "TENSORBOARD_EVENTS_CAP", len(records) - 1)
+    with pytest.raises(TrackerUnreadable, match=f"more than {len(records) - 1} events"):
+        _read_event_file(tmp_path / "events", b"".join(records))
+    monkeypatch.setattr(runaudit.trackers, "TENSORBOARD_CAP", len(b"".join(records)) - 1)
+    with pytest.raises(TrackerUnreadable, match=f"past the {len(b''.join(records)) - 1}-byte cap"):
+        _read_event_file(tmp_path / "bytes", b"".join(records))
+
+
+def _piece(kind: int, body: bytes) -> bytes:
+    """One piece of a ``.wandb`` log in the LevelDB log framing W&B writes: CRC32 of type and data, length,
+    type, data."""
+    import zlib
+
+    checksum = zlib.crc32(body, zlib.crc32(bytes([kind])))
+    return checksum.to_bytes(4, "little") + len(body).to_bytes(2, "little") + bytes([kind]) + body
+
+
+def _history_record(step: int, **values: object) -> bytes:
+    import json
+
+    from wandb.proto import wandb_internal_pb2
+
+    record = wandb_internal_pb2.Record()
+    record.history.step.num = step
+    for key, value in values.items():
+        record.history.item.add(key=key, value_json=json.dumps(value))
+    return bytes(record.SerializeToString())
+
+
+def _split(body: bytes, parts: int) -> list[bytes]:
+    size = -(-len(body) // parts)
+    return [body[at : at + size] for at in range(0, len(body), size)]
+
+
+@pytest.mark.parametrize(
+    "kinds",
+    [
+        pytest.param((FIRST,), id="first-then-end-of-file"),
+        pytest.param((FIRST, FULL), id="first-then-full"),
+        pytest.param((FIRST, FIRST, LAST), id="first-then-first"),
+        pytest.param((MIDDLE, LAST), id="middle-with-none-begun"),
+        pytest.param((LAST,), id="last-with-none-begun"),
+        pytest.param((FIRST, LAST, MIDDLE), id="middle-after-last"),
+    ],
+)
+def test_a_torn_wandb_record_is_unreadable(kinds: tuple[int, ...]) -> None:
+    """A record whose pieces are out of FIRST/MIDDLE.../LAST order, or whose last piece never comes,
+    passed: the torn record vanished and the rest of the log agreed with train.csv."""
+    from runaudit.trackers import WANDB_HEADER, TrackerUnreadable, wandb_records
+
+    sound = _piece(FULL, _history_record(10, train_loss=2.0))
+    torn = zip(kinds, _split(_history_record(20, train_loss=9.0), len(kinds)), strict=True)
+    data = WANDB_HEADER + sound + b"".join(_piece(kind, body) for kind, body in torn)
+    with pytest.raises(TrackerUnreadable, match=r"run-x\.wandb: a torn record"):
+        list(wandb_records(data, "run-x.wandb"))
+
+
+def test_a_record_of_many_pieces_is_read_in_linear_time() -> None:
+    """A record split FIRST/MIDDLE.../LAST over 64 MiB took 35 s: each piece was appended to one bytes
+    object, copying the record so far (80k pieces of 16 bytes: 2-14 s). Joined once, one record of many
+    pieces reads about as fast as as many records of one piece each."""
+    import time
+
+    from runaudit.trackers import WANDB_BLOCK, WANDB_HEADER, wandb_records
+
+    pieces = [bytes([index % 256]) * 16 for index in range(80_000)]
+
+    def framed(kinds: list[int]) -> bytes:
+        data = bytearray(WANDB_HEADER)
+        for kind, piece in zip(kinds, pieces, strict=True):
+            left = WANDB_BLOCK - len(data) % WANDB_BLOCK
+            if left < 7 + len(piece):  # a piece stays inside its block: the rest of the block is padding
+                data += bytes(left)
+            data += _piece(kind, piece)
+        return bytes(data)
+
+    def timed(data: bytes) -> tuple[float, list[bytes]]:
+        started = time.perf_counter()
+        records = list(wandb_records(data, "run-x.wandb"))
+        return time.perf_counter() - started, records
+
+    one, (record,) = timed(framed([FIRST] + [MIDDLE] * (len(pieces) - 2) + [LAST]))
+    assert record == b"".join(pieces)
+    separate, records = timed(framed([FULL] * len(pieces)))
+    assert records == pieces
+    assert one < 3 * separate + 0.05, f"one record {one:.2f} s, as many records {separate:.2f} s"
+
+
+def _wandb_run(tmp_path: Path, *records: bytes) -> TrackerRun:
+    from runaudit.trackers import WANDB_HEADER, read_run
+
+    folder = tmp_path / "trackers" / "wandb" / "offline-run-x"
+    folder.mkdir(parents=True)
+    (folder / "run-x.wandb").write_bytes(WANDB_HEADER + b"".join(_piece(FULL, record) for record in records))
+    return read_run(tmp_path, "trackers/wandb/offline-run-x", ["trackers/wandb/offline-run-x/run-x.wandb"])
+
+
+def test_an_integer_past_a_float_is_compared_not_an_error(tmp_path: Path) -> None:
+    """A W&B config holds JSON integers of any size: ``float(10**400)`` raised OverflowError, an error
+    verdict with a traceback. As a logged value it cannot be charted: the log is unreadable, and says why."""
+    import json
+
+    from wandb.proto import wandb_internal_pb2
+
+    from runaudit.trackers import TrackerUnreadable
+
+    huge = 10**400
+    config = wandb_internal_pb2.Record()
+    config.config.update.add(key="lr", value_json=json.dumps(huge))
+    config.config.update.add(key="epochs", value_json=json.dumps(huge))
+    run = _wandb_run(tmp_path / "config", config.SerializeToString())
+    (line,) = config_findings(run, {"train": {"lr": 0.003, "epochs": huge}})
+    assert "hyperparameter lr = " in line and "config.yaml train.lr = 0.003" in line
+    with pytest.raises(
+        TrackerUnreadable, match=r"run-x\.wandb: record 1 logs an integer past a float's range"
+    ):
+        _wandb_run(tmp_path / "history", _history_record(10, train_loss=huge))
+
+
+def test_a_run_of_more_tags_or_hyperparameters_than_the_cap_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A 44 MB W&B log of 1M tags ending in train_loss took 50 s and 1.4 GB to read and compare."""
+    import json
+
+    from wandb.proto import wandb_internal_pb2
+
+    import runaudit.trackers
+    from runaudit.trackers import TrackerUnreadable
+
+    monkeypatch.setattr(runaudit.trackers, "TAGS_CAP", 2)
+    assert set(_wandb_run(tmp_path / "two", _history_record(10, a=1.0, b=2.0)).scalars) == {"a", "b"}
+    with pytest.raises(TrackerUnreadable, match=r"run-x\.wandb logs more than 2 scalar tags"):
+        _wandb_run(tmp_path / "tags", _history_record(10, a=1.0, b=2.0, c=3.0))
+    config = wandb_internal_pb2.Record()
+    config.config.update.add(key="train", value_json=json.dumps({"a": 1, "b": 2, "c": 3}))
+    with pytest.raises(TrackerUnreadable, match=r"run-x\.wandb records more than 2 hyperparameters"):
+        _wandb_run(tmp_path / "config", config.SerializeToString())
+
+
+def test_each_tracker_run_is_read_once_per_session(
+    run_audits: Callable[..., AuditRun], project: Path, capsule_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """300 tiny TensorBoard runs took a session 96 s: each run's case read every run again. Each logs the
+    capsule's own train_loss, so each is a duplicate of every other, named up to SHOWN and counted past."""
+    import csv
+
+    import runaudit.trackers
+    from runaudit.history import TRAIN_CSV
+    from runaudit.trackers import SHOWN
+
+    with open(capsule_dir / TRAIN_CSV, newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    data = b"".join(_tfrecords(_events(*((int(row["step"]), float(row["train_loss"])) for row in rows))))
+    names = [f"trackers/tensorboard/r{index}" for index in range(SHOWN + 3)]
+    for name in names:
+        (capsule_dir / name).mkdir(parents=True)
+        (capsule_dir / name / "events.out.tfevents.1.host").write_bytes(data)
+    reads: list[str] = []
+    read_run = runaudit.trackers.read_run
+
+    def counted(capsule: Path, name: str, files: Iterable[str]) -> TrackerRun:
+        reads.append(name)
+        return read_run(capsule, name, files)
+
+    monkeypatch.setattr(runaudit.trackers, "read_run", counted)
+    outcome = run_audits(capsule_dir.name, project, "-k", "tracker_agrees")
+    assert outcome.report is not None, outcome.result.stdout.str()
+    assert sorted(reads) == names
+    verdicts = [item for item in outcome.report["verdicts"] if item["audit"] == AUDIT]
+    assert sorted(item["subject"] for item in verdicts) == names
+    for item in verdicts:
+        assert item["verdict"] == "disclosed" and item["message"].count(" both log ") == SHOWN
+        assert f"{len(names) - 1 - SHOWN} more tracker runs log its columns too" in item["message"]
+
+
+def test_a_run_at_the_tag_cap_is_compared_in_time_linear_in_its_points() -> None:
+    """At TAGS_CAP, each tag rebuilt train.csv's rows (tags × rows) and each hyperparameter scanned all of
+    config.yaml (hyperparameters × keys): with 2000 rows and as many config keys, tens of seconds."""
+    import time
+
+    from runaudit.trackers import TAGS_CAP
+
+    rows = [[str(epoch), str(10 * epoch), str(1 / epoch)] for epoch in range(1, 2001)]
+    history = parse_history(["epoch", "step", "train_loss"], rows)
+    tags = {f"g{index}/train_loss": {10: 1.0} for index in range(TAGS_CAP)}
+    config = {"train": {f"key{index}": index for index in range(TAGS_CAP)}}
+    run = TrackerRun("tb/a", (), tags, {f"key{index}": index + 1 for index in range(TAGS_CAP)})
+    started = time.perf_counter()
+    findings, columns = scalar_findings(run, history)
+    assert len(columns) == TAGS_CAP and all("stops before train.csv" in line for line in findings)
+    assert len(config_findings(run, config)) == TAGS_CAP
+    assert time.perf_counter() - started < 1.0
