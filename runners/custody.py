@@ -173,6 +173,13 @@ def accept(
 ) -> tuple[Verification, Path | None]:
     manifest = load_manifest(root, pull_id)
     independent = node or socket.gethostname()
+    if not is_safe_id(
+        independent
+    ):  # it names the acceptance's file: "../PULL_MANIFEST" overwrote the manifest
+        raise Refusal(
+            f"accept {pull_id}: node {independent!r} is not a safe id (^[A-Za-z0-9][A-Za-z0-9._-]*$), and it "
+            "names the acceptance's file; pass --node NAME"
+        )
     producer = manifest.document["producer"]["node"]
     if independent == producer:
         raise Refusal(
@@ -192,12 +199,13 @@ def accept(
 SCIENTIFIC_CORE = ("pull_id", "manifest_sha256", "roster", "files", "bytes", "checkpoints")
 
 
-def compare_acceptances(first: dict[str, Any], second: dict[str, Any]) -> list[str]:
+def compare_acceptances(first: Any, second: Any) -> list[str]:
     """Differences between two acceptances, ignoring who ran them, when and with which versions."""
-    problems = []
-    for name, record in (("first", first), ("second", second)):
-        if record.get("schema_version") != ACCEPTANCE_VERSION or schema_problems("receipt", record):
-            problems.append(f"the {name} file is not a runaudit acceptance record")
+    problems = [
+        f"the {name} file is not a runaudit acceptance record{why}"
+        for name, record in (("first", first), ("second", second))
+        if (why := _not_an_acceptance(record)) is not None
+    ]
     if problems:
         return problems
     nodes = [first["verifier"]["node"], second["verifier"]["node"]]
@@ -212,6 +220,21 @@ def compare_acceptances(first: dict[str, Any], second: dict[str, Any]) -> list[s
         if first.get(key) != second.get(key)
     ]
     return problems
+
+
+def _not_an_acceptance(record: Any) -> str | None:
+    """Why ``record`` is not an acceptance record ("" when it is another kind of document), or None.
+
+    The receipt schema that acceptances share does not require the producer an acceptance must name: a
+    receipt passed off as one, or a JSON list, ended in a KeyError or an AttributeError."""
+    if not isinstance(record, dict) or record.get("schema_version") != ACCEPTANCE_VERSION:
+        return ""
+    if problems := schema_problems("receipt", record):
+        return f" ({problems[0]})"
+    producer = record.get("producer")
+    if not isinstance(producer, dict) or not isinstance(producer.get("node"), str):
+        return " (it names no producer node)"
+    return None
 
 
 def _report(verification: Verification) -> int:

@@ -319,6 +319,20 @@ def test_independent_acceptance_and_comparison(project: Path, capsys) -> None:
     second.write_text(json.dumps(record))
     assert main(["accept", "--compare", str(first), str(second)]) == 1
     assert "checkpoints differs" in capsys.readouterr().err
+    # A list, or a record with no producer, is not an acceptance: it ended in an AttributeError or KeyError.
+    listed, nameless = folder.parent / "list.json", folder.parent / "nameless.json"
+    listed.write_text("[]")
+    nameless.write_text(json.dumps({key: value for key, value in record.items() if key != "producer"}))
+    for other, why in ((listed, ""), (nameless, " (it names no producer node)")):
+        assert main(["accept", "--compare", str(first), str(other)]) == 1
+        err = capsys.readouterr().err
+        assert f"the second file is not a runaudit acceptance record{why}\n" in err and "Traceback" not in err
+    # The node names the acceptance's file: "../PULL_MANIFEST" wrote over the pull's manifest.
+    manifest = (folder.parent / MANIFEST).read_bytes()
+    for node in ("../PULL_MANIFEST", "lab/gpu1"):
+        assert main(["accept", "--root", str(project), "--pull-id", DEMO_RUN_ID, "--node", node]) == 2
+        assert f"node {node!r} is not a safe id" in capsys.readouterr().err
+    assert (folder.parent / MANIFEST).read_bytes() == manifest and not (folder / "lab").exists()
 
 
 def test_digests_taken_before_fork_are_reused_only_while_the_bytes_are_untouched(
