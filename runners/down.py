@@ -7,9 +7,10 @@ the box's inventory under the remote root: ``active/*`` (live runs), ``export/*`
 (an interrupted close), ``export/hardware/*``, ``runs/*`` and ``runs/hardware/*`` (capsules accepted on
 the box) and ``quarantine/*`` (failed closes, ``<id>--<attempt>``), with every file of each capsule folder
 and of what ``close`` seals in a live run's folder hashed on the box, each live run's writer lock
-probed (:mod:`runaudit.workspace`: a trainer holds it while it runs), and what still runs for the project
-root found: the jobs ``runaudit launch`` started (their attempts under ``--state-dir``) that have not
-ended, and the queue runners holding ``queues/.<name>.lock``. A box it cannot list or hash
+probed (:mod:`runaudit.workspace`: a trainer holds it while it runs), and what still runs found: the jobs
+``runaudit launch`` started that have not ended, for this project root or any other (their attempts under
+``--state-dir``: a root spelled another way, through a link, is another key there), and the queue runners
+holding ``queues/.<name>.lock``. A box it cannot list or hash
 (a transport failure, a refused host key, a remote root that does not exist, no Python to hash with, a file it
 cannot read) is a refusal, never an approval. Names from the box are untrusted: only a safe id is looked up
 among the local receipts (whose own manifests name the folders checked), never joined to a local path
@@ -99,7 +100,11 @@ FOLDER_KINDS = ("dir", "link-dir")
 # project root that has not ended (its attempt in ``--state-dir``: the wrapper's pid alive, or still
 # starting), and a queue runner holding its queue's lock (``queues/.<name>.lock``). Tearing down kills
 # either mid-run, whatever a receipt says of the bytes it wrote before.
-RUNNING: Mapping[str, str] = {"jobs": "a launched job, running", "queues": "a queue runner, running"}
+RUNNING: Mapping[str, str] = {
+    "jobs": "a launched job, running",
+    "jobs-elsewhere": "a launched job of another project root, running",
+    "queues": "a queue runner, running",
+}
 # The states of a job the listing reports as running: its pid alive (``unverified``: a box with no
 # ``/proc``), or started and not yet past writing its pid.
 JOB_STATES = ("yes", "unverified", "starting")
@@ -108,7 +113,7 @@ CAPSULE_AREAS = ("export", "runs")
 # Hardware capsules: ``runaudit manifest`` lists none (runners/manifest.py), so no receipt can cover one.
 HARDWARE_AREAS = ("export/hardware", "runs/hardware")
 # What no receipt covers is abandoned by a key naming its kind: ``hardware/<id>``, ``quarantine/<attempt>``.
-UNRECEIPTED_KINDS = ("hardware/", "quarantine/", "queue/")
+UNRECEIPTED_KINDS = ("hardware/", "quarantine/", "queue/", "job/")
 # Entries of an area that belong to the harness, not to a run: the sub-areas and close's lock file.
 HOUSEKEEPING = {
     ("export", ".partial"): ("dir", "link-dir"),
@@ -133,6 +138,11 @@ STILL_RUNNING = {
         "a job runaudit launch started for it has not ended (its wrapper {state}): tearing down kills it and "
         "loses what it writes next; let it finish (runaudit watch {run} --follow), then close, pull and verify "
         "it, or abandon it"
+    ),
+    "jobs-elsewhere": (
+        "a job runaudit launch started on this box for another project root (its attempts in {name} under "
+        "--state-dir) has not ended (its wrapper {state}): tearing the box down kills it too; let it finish, "
+        "or abandon it as job/{name} (--abandon=job/{name})"
     ),
     "queues": (
         "the runner of queue {name} holds queues/.{name}.lock: it trains the queue's runs one after another, "
@@ -203,8 +213,8 @@ for area in active export export/.partial export/hardware runs runs/hardware qua
     esac
   done
 done
-if [ -d "$JOBS" ]; then
-  for s in "$JOBS"/* "$JOBS"/.[!.]* "$JOBS"/..?*; do
+if [ -d "$STATE" ]; then
+  for s in "$STATE"/*/*; do
     if [ ! -f "$s/current" ] || [ -L "$s" ]; then continue; fi
     A="$s/$(head -n 1 "$s/current")"
     if [ -f "$A/exit_code" ]; then continue; fi
@@ -217,7 +227,11 @@ if [ -d "$JOBS" ]; then
         case "$since" in ''|*[!0-9]*) ;; *) if [ $(( $(date +%s) - since )) -lt "$GRACE" ]; then live=starting; fi ;; esac
       fi
     fi
-    case "$live" in yes|unverified|starting) echo "job $(printf '%s' "${s##*/}" | od -An -v -tx1 | tr -d ' \n') $live" ;; esac
+    k=${s%/*}; k=${k##*/}
+    if [ "$k" = "$KEY" ]; then what="job ${s##*/}"; else what="job-elsewhere $k/${s##*/}"; fi
+    case "$live" in
+      yes|unverified|starting) echo "${what%% *} $(printf '%s' "${what#* }" | od -An -v -tx1 | tr -d ' \n') $live" ;;
+    esac
   done
 fi
 if [ -e "$R/queues" ] && { [ ! -d "$R/queues" ] || [ ! -r "$R/queues" ] || [ ! -x "$R/queues" ]; }; then
@@ -322,7 +336,7 @@ class Entry:
     def run_id(self) -> str | None:
         """The run a receipt may cover, or None when none can: an unsafe name, a hardware capsule, or a
         quarantined attempt (a close that failed: its bytes are not the capsule any pull brought home)."""
-        if self.hardware or self.area in ("quarantine", "queues"):
+        if self.hardware or self.area in ("quarantine", "queues", "jobs-elsewhere"):
             return None
         return self.name if is_safe_id(self.name) else None
 
@@ -337,6 +351,8 @@ class Entry:
             return f"quarantine/{self.name}"
         if self.area == "queues":
             return f"queue/{self.name}"
+        if self.area == "jobs-elsewhere":
+            return f"job/{self.name}"
         return self.run_id or self.name
 
     @property
@@ -393,7 +409,8 @@ def shown(key: str) -> str:
     """A run as a message shows it: a safe id (or ``hardware/<safe id>``, ``quarantine/<safe id>``) as is,
     anything else escaped."""
     bare = next((key[len(kind) :] for kind in UNRECEIPTED_KINDS if key.startswith(kind)), key)
-    return key if is_safe_id(bare) else repr(key)
+    parts = bare.split("/") if bare != key else [bare]  # job/<project key>/<run>: two ids
+    return key if len(parts) <= 2 and all(is_safe_id(part) for part in parts) else repr(key)
 
 
 def parse_inventory(text: str, box: str, root: str) -> Inventory:
@@ -426,7 +443,7 @@ def parse_inventory(text: str, box: str, root: str) -> Inventory:
                 f"{cannot} (active/{shown(_decoded(words[1], cannot))} cannot be listed: whether training "
                 f"resumed there is not known); {NOTHING_STOPPED}"
             )
-        elif words[0] in ("job", "queue"):
+        elif words[0] in ("job", "job-elsewhere", "queue"):
             entries.append(_running(words, cannot))
             contents.append(_Content())
         elif words[0] in CONTENT_SHAPES:
@@ -447,6 +464,8 @@ def _running(words: list[str], cannot: str) -> Entry:
     name> held|unknown``."""
     if len(words) == 3 and words[0] == "job" and words[2] in JOB_STATES:
         return Entry("jobs", _decoded(words[1], cannot), words[2])
+    if len(words) == 3 and words[0] == "job-elsewhere" and words[2] in JOB_STATES:
+        return Entry("jobs-elsewhere", _decoded(words[1], cannot), words[2])
     if len(words) == 3 and words[0] == "queue" and words[2] in LIVE_WRITER:
         return Entry("queues", _decoded(words[1], cannot), "lock", writer=words[2])
     raise Refused(f"{cannot} (an unexpected listing line {' '.join(words)[:80]!r}); {NOTHING_STOPPED}")
@@ -536,7 +555,7 @@ def inventory_command(box: Box) -> str:
     return (
         f"R={shlex.quote(str(box.root))}\nSEALED={shlex.quote(' '.join(SEALED_ENTRIES))}\n"
         f"PY={shlex.quote(box.python)}\nHASHER={shlex.quote(HASHER)}\nLOCK={shlex.quote(LOCK_FILE)}\n"
-        f"WRITER={shlex.quote(WRITER)}\nJOBS={shlex.quote(f'{box.state_dir}/{box.key}')}\n"
+        f"WRITER={shlex.quote(WRITER)}\nSTATE={shlex.quote(box.state_dir)}\nKEY={shlex.quote(box.key)}\n"
         f"SOCK={shlex.quote(box.tmux_socket)}\nGRACE={START_GRACE_S}\n{JOB_ALIVE}{INVENTORY}"
     )
 
@@ -650,7 +669,8 @@ def _still_running(entry: Entry, key: str) -> str:
             f"runner is running is not known; look on the box, then {ABANDON_BY_NAME}"
         )
     state = JOB_STATE_WORDS.get(entry.kind, "")
-    return STILL_RUNNING[entry.area].format(run=shown(key), name=shown(entry.name), state=state)
+    name = shown(key).removeprefix("job/") if entry.area == "jobs-elsewhere" else shown(entry.name)
+    return STILL_RUNNING[entry.area].format(run=shown(key), name=name, state=state)
 
 
 def _quarantined(name: str) -> str:

@@ -306,7 +306,12 @@ def test_a_pull_never_overwrites_the_copy_another_pull_brought_home(
 
 
 def test_a_launched_job_or_a_queue_runner_still_running_blocks(
-    sshbox: SshBox, pulled: Pulled, box: Path, box_state: Path, capsys: pytest.CaptureFixture[str]
+    sshbox: SshBox,
+    pulled: Pulled,
+    box: Path,
+    box_state: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     """A job ``runaudit launch`` started (a queue, or a resumed run loading its data) had not yet opened
     ``active/<id>/.writer.lock``: ``watch`` said "running", and down approved the teardown that killed it."""
@@ -322,13 +327,29 @@ def test_a_launched_job_or_a_queue_runner_still_running_blocks(
     )
     assert "(its wrapper is alive)" in err
     stop.touch()
-    exit_code = Path(launched.attempt_dir) / "exit_code"
-    deadline = time.monotonic() + 30
-    while not exit_code.exists() and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert exit_code.read_text().strip() == "0"
+    assert _wait_for(Path(launched.attempt_dir) / "exit_code") == "0"
     assert down(sshbox, pulled, box, state_dir=box_state) == 0  # ended: its folder holds nothing new
     capsys.readouterr()
+
+    # Launched through another spelling of the root (a link to it): the job's state sits under another key,
+    # and down, looking under its own, approved. The whole box goes down, so every root's jobs count.
+    spelled = tmp_path / "box-link"
+    spelled.symlink_to(box)
+    stop.unlink()
+    other = launch(sshbox.box(spelled, box_state), "r2", ["bash", "-c", script], alive_timeout_s=30)
+    key = Path(other.attempt_dir).parent.parent.name
+    try:
+        assert other.state == "running"
+        assert down(sshbox, pulled, box, state_dir=box_state) == 2
+        err = refused(capsys)
+        assert f"job/{key}/r2 (a launched job of another project root, running)" in err, err
+        abandon = (f"--abandon=job/{key}/r2", "--abandon=r2")  # its heartbeat made active/r2 too
+        assert down(sshbox, pulled, box, *abandon, state_dir=box_state) == 0
+        capsys.readouterr()
+    finally:
+        stop.touch()
+    _wait_for(Path(other.attempt_dir) / "exit_code")
+    shutil.rmtree(box / "active" / "r2")
 
     (box / "queues").mkdir()
     with (box / "queues" / ".q1.lock").open("a") as held:
@@ -345,6 +366,14 @@ def test_a_launched_job_or_a_queue_runner_still_running_blocks(
     os.mkfifo(box / "queues" / ".q2.lock")
     assert down(sshbox, pulled, box, state_dir=box_state) == 2
     assert "queues/.q2.lock is not a plain file the box could probe" in refused(capsys)
+
+
+def _wait_for(exit_code: Path) -> str:
+    """The exit code a launched job's wrapper records, once it has (30 s at most)."""
+    deadline = time.monotonic() + 30
+    while not exit_code.exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return exit_code.read_text().strip()
 
 
 def test_a_live_run_on_a_data_disk_is_hashed_and_probed_through_its_link(
