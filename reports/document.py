@@ -180,10 +180,13 @@ def teardown(doc: Mapping[str, Any]) -> dict[str, str]:
         }
     if not receipt["current"]:
         return {"answer": "not yet", "reason": f"receipt {receipt['pull_id']}: {receipt['problem']}"}
-    return {
-        "answer": "yes",
-        "reason": f"every custody audit held and receipt {receipt['pull_id']} binds the current manifest",
-    }
+    reason = f"every custody audit held and receipt {receipt['pull_id']} binds the current manifest"
+    if receipt.get("holder") == "export":  # verify run where the capsule was produced: whole, but not home
+        reason += (
+            ", verified in place where it was produced (export/): runaudit down also needs a copy pulled into "
+            "runs/ and verified there before a box that produced it goes"
+        )
+    return {"answer": "yes", "reason": reason}
 
 
 def plain(doc: Mapping[str, Any]) -> dict[str, Any]:

@@ -37,4 +37,5 @@ def binding_receipt(run: Run) -> dict[str, Any] | None:
         "verifier": _text(verifier.get("node")) if isinstance(verifier, dict) else None,
         "current": found.current,
         "problem": "; ".join(found.problems) or None,
+        "holder": _text(document.get("holder")),
     }

@@ -634,7 +634,7 @@ def coverage(root: Path, named: Sequence[str], inventory: Inventory, abandon: It
             why = LIVE_WRITER["held" if "held" in writers else "unknown"].format(run=key, lock=LOCK_FILE)
         elif status is not None and (problems := status.runs[key].problems):
             why = "; ".join(line.removeprefix(f"run {key}: ") for line in problems)
-        elif status is not None and (served := _on_the_box(root, status.runs[key], inventory.host)):
+        elif status is not None and (served := _not_home(root, status.runs[key], inventory.host)):
             why = served
         elif any(entry.newer_than_a_receipt for entry in entries):
             why = "the box holds bytes of it that its receipt, which covers only the bytes it verified, does not"
@@ -653,9 +653,20 @@ def coverage(root: Path, named: Sequence[str], inventory: Inventory, abandon: It
     return Approval(inventory, list(named), dict(receipts), abandoned)
 
 
-def _on_the_box(root: Path, receipt: RunReceipt, host: str) -> str | None:
-    """Why the copy a receipt verified is the box's own storage (an NFS export of the box), or None."""
+def _not_home(root: Path, receipt: RunReceipt, host: str) -> str | None:
+    """Why the copy a receipt verified is not a copy brought home from the box, or None.
+
+    ``runaudit verify`` run in the producer's own root (on the box, or a cluster's scratch) verifies
+    ``export/<id>`` in place: its receipt proves the capsule whole, and ``down`` approved with no copy
+    anywhere else. And a copy on an NFS export of the box itself goes with the box.
+    """
     holder = receipt.document.get("holder") if receipt.document is not None else None
+    if holder == "export":
+        return (
+            f"receipt {receipt.pull_id} verified export/{receipt.run_id} in place, where it was produced: it "
+            f"proves the capsule whole, not that a copy left the box; pull it home (runaudit pull) into "
+            f"runs/{receipt.run_id} and verify it there"
+        )
     if not host or holder not in HOLDERS:
         return None
     return served_by(root / holder / receipt.run_id, host)

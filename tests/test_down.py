@@ -180,6 +180,24 @@ def test_a_profile_whose_teardown_differs_per_member_needs_the_member(
 
 
 @pytest.fixture
+def project(project: Path) -> Path:
+    """The demo project as a user's own after a pull: the capsule in ``runs/``, verified there.
+
+    The demo seals and verifies its capsule where it was produced (``export/``), and ``down`` takes no such
+    receipt for a copy brought home. Moving the folder keeps every file's stat key, so the receipt,
+    re-homed, is what ``runaudit verify`` run here would write.
+    """
+    (project / "runs").mkdir()
+    os.rename(project / "export" / DEMO_RUN_ID, project / "runs" / DEMO_RUN_ID)
+    path = project / "_trust" / "pulls" / DEMO_RUN_ID / RECEIPT
+    receipt = json.loads(path.read_text())
+    receipt["holder"] = "runs"
+    receipt["stat_keys"] = snapshot(project / "runs", list(receipt["stat_keys"]))  # the folder's new ctime
+    path.write_text(json.dumps(receipt, indent=2))
+    return project
+
+
+@pytest.fixture
 def verified_copy(project: Path) -> Path:
     """The demo capsule's verified copy, with the receipt's stat keys taken where the copy now sits.
 
@@ -674,7 +692,7 @@ def test_a_verified_copy_on_the_box_s_own_nfs_export_goes_with_the_box(
 
     table = tmp_path / "mountinfo"
     real = mounts.MOUNTINFO.read_text() if mounts.MOUNTINFO.exists() else ""
-    point = str((project / "export").resolve()).replace(" ", "\\040")
+    point = str((project / "runs").resolve()).replace(" ", "\\040")
     monkeypatch.setattr(mounts, "MOUNTINFO", table)
     listing = replace(inventory(project, ("export", DEMO_RUN_ID)), host="10.1.2.3")
     for kind, source in (("nfs4", "10.1.2.3:/srv/project/export"), ("cifs", "//10.1.2.3/project")):
@@ -683,3 +701,17 @@ def test_a_verified_copy_on_the_box_s_own_nfs_export_goes_with_the_box(
             approve(project, listing)
     table.write_text(real + f"900 1 0:99 / {point} rw - nfs4 10.9.9.9:/srv/project/export rw\n")
     assert list(approve(project, listing).receipts) == [DEMO_RUN_ID]  # a file server's storage is a copy
+
+
+def test_a_receipt_over_the_producer_s_own_export_is_no_copy_brought_home(project: Path) -> None:
+    """``runaudit verify`` run in the producer's root (on the box, or a cluster's scratch) verified
+    ``export/<id>`` in place, and down approved with no copy anywhere else."""
+    os.rename(project / "runs" / DEMO_RUN_ID, project / "export" / DEMO_RUN_ID)
+    path = project / "_trust" / "pulls" / DEMO_RUN_ID / RECEIPT
+    receipt = json.loads(path.read_text())
+    path.write_text(json.dumps(receipt | {"holder": "export"}, indent=2))
+    assert receipt_status(project, [DEMO_RUN_ID]).ok  # whole, where it was produced
+    with pytest.raises(
+        Refused, match=rf"receipt {DEMO_RUN_ID} verified export/{DEMO_RUN_ID} in place, where it"
+    ):
+        approve(project, inventory(project, ("export", DEMO_RUN_ID)))

@@ -108,9 +108,12 @@ def test_safe_to_tear_down_needs_held_custody_and_a_current_receipt(project: Pat
         assert report_problems(doc) == []
         return doc["teardown"]["answer"], doc["teardown"]["reason"]
 
+    # The demo verifies its capsule where it was produced: whole, but down needs a copy pulled home.
     assert answer([custody()]) == (
         "yes",
-        "every custody audit held and receipt demo binds the current manifest",
+        "every custody audit held and receipt demo binds the current manifest, verified in place where it was "
+        "produced (export/): runaudit down also needs a copy pulled into runs/ and verified there before a box "
+        "that produced it goes",
     )
     assert answer([*science_records()])[0] == "no"  # a custody gate that checked nothing fails
     assert answer([custody(), custody("failed")]) == ("no", "1 custody audit(s) did not hold: capsule.ids")
