@@ -61,6 +61,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Refusal as exc:
         print(f"runaudit {args.verb}: error: {exc}", file=sys.stderr)
         return USAGE_ERROR
+    except OSError as exc:  # the machine's answer about a path (a link to a disk not mounted, a full disk)
+        print(f"runaudit {args.verb}: error: {_os_error(exc)}", file=sys.stderr)
+        return USAGE_ERROR
     except KeyboardInterrupt:  # Ctrl-C is the user's choice, not a crash: one line, never a traceback
         print(
             f"runaudit {args.verb}: interrupted (Ctrl-C) before it finished; each file it writes is written "
@@ -68,3 +71,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
         )
         return INTERRUPTED
+
+
+def _os_error(exc: OSError) -> str:
+    """What the system refused, on which path, in one line: a folder the verb needs is a file, or a link
+    to a disk not mounted yet (``export/`` on a data disk), ended in a FileExistsError traceback."""
+    where = " -> ".join(repr(str(name)) for name in (exc.filename, exc.filename2) if name is not None)
+    reason = exc.strerror or str(exc)
+    if isinstance(exc, FileExistsError):
+        reason += " (a file, or a link to something that does not exist, stands where a folder must be)"
+    return (
+        f"{where}: {reason}; nothing after it was done" if where else f"{reason}; nothing after it was done"
+    )

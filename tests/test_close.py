@@ -144,6 +144,28 @@ def test_existing_export_is_refused_before_anything_moves(
     assert quarantined(root) == []
 
 
+@pytest.mark.parametrize("standing", ["dangling-link", "file"])
+def test_an_export_that_is_no_folder_is_one_line_and_nothing_moves(
+    root: Path, capsys: pytest.CaptureFixture[str], standing: str
+) -> None:
+    """``export/`` as a link to a data disk not mounted yet, or as a file: close ended in a FileExistsError
+    traceback."""
+    shutil.rmtree(root / "export", ignore_errors=True)
+    if standing == "file":
+        (root / "export").write_text("x")
+    else:
+        (root / "export").symlink_to(root.parent / "not-mounted" / "export")
+    before_active = tree_digest(root / "active")
+    assert close(root) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err, err
+    assert (
+        err.startswith(f"runaudit close: error: {str(root / 'export')!r}: ")
+        and "stands where a folder must be" in err
+    )
+    assert tree_digest(root / "active") == before_active
+
+
 def test_a_stale_candidate_is_removed_not_kept(root: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """Found on a box: a retry quarantined the stale copy of an interrupted close, keeping it on a full
     disk. A candidate was never sealed and never read: it held links into active/ or copies of it."""
