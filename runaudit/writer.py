@@ -55,7 +55,7 @@ from types import TracebackType
 from typing import IO, Any, Literal
 
 from runaudit.atomic import fsync_dir, write_atomic, write_bytes_atomic, write_json_atomic
-from runaudit.ids import is_safe_id
+from runaudit.ids import is_safe_id, run_id_problem
 from runaudit.manifest import load_json
 from runaudit.provenance import determinism, environment, source_identity
 from runaudit.safeio import JSON_CAP, read_regular
@@ -263,8 +263,8 @@ class RunWriter:
         the planned epochs and the effective batch. ``entrypoint`` and ``source_dir`` default to the running
         script and its folder (its git commit, dirty flag and tree hash go into ``run.json``).
         """
-        if not is_safe_id(run_id):
-            raise WriterError(f"run id {run_id!r} is not a safe id (^[A-Za-z0-9][A-Za-z0-9._-]*$)")
+        if problem := run_id_problem(run_id):
+            raise WriterError(problem)
         _choose("task", task, TASKS)
         _choose("precision", precision, PRECISIONS)
         _choose("checkpoint_format", checkpoint_format, tuple(CHECKPOINT_FORMATS))

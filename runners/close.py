@@ -29,7 +29,7 @@ from runaudit.atomic import fsync_dir, write_bytes_atomic, write_json_atomic
 from runaudit.capsule import CHECKPOINT_FILES, CHECKPOINT_ROLES, TRACKERS, checkpoint_file
 from runaudit.clock import attempt_id, utc_now
 from runaudit.hashing import sha256_file, stat_key
-from runaudit.ids import is_safe_id
+from runaudit.ids import is_safe_id, run_id_problem
 from runaudit.manifest import load_json
 from runaudit.runners.suite import failures, run_suites
 from runaudit.safeio import JSON_CAP, read_regular
@@ -315,8 +315,8 @@ def _discard(candidate: Path) -> None:
 
 def close_run(root: Path, run_id: str, *, log: Callable[[str], None] = lambda line: None) -> CloseResult:
     """Seal ``root/active/<run_id>`` as ``root/export/<run_id>``, or quarantine the attempt."""
-    if not is_safe_id(run_id):
-        raise CloseError(f"close: run id {run_id!r} is not a safe id (^[A-Za-z0-9][A-Za-z0-9._-]*$)")
+    if problem := run_id_problem(run_id):
+        raise CloseError(f"close: {problem}")
     root = root.resolve()
     active = root / "active" / run_id
     final = root / "export" / run_id

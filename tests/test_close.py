@@ -303,8 +303,8 @@ def test_a_copy_that_would_not_fit_is_refused_before_a_byte_moves(tmp_path: Path
 
 @pytest.mark.parametrize(
     ("run_id", "named"),
-    [("../escape", "not a safe id"), ("never-produced", "no active run to close")],
-    ids=["unsafe-id", "no-active-run"],
+    [("../escape", "not a safe id"), ("never-produced", "no active run to close"), ("hardware", "is reserved")],
+    ids=["unsafe-id", "no-active-run", "reserved-id"],
 )
 def test_refusals_are_one_line(
     root: Path, capsys: pytest.CaptureFixture[str], run_id: str, named: str

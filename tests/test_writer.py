@@ -306,3 +306,11 @@ def test_a_sample_id_that_would_name_a_path_is_refused(writer: RunWriter, hostil
         writer.test(sample_ids=ids)
     assert not (writer.folder / "test").exists() and not (writer.folder.parent / "outside.png").exists()
     assert not any(writer.folder.glob(".staging-*"))
+
+
+def test_a_run_id_that_names_the_hardware_capsules_folder_is_refused(tmp_path: Path) -> None:
+    """A run named ``hardware`` was sealed as ``export/hardware``, where hardware capsules live: no pull could
+    list it, and ``runaudit down`` took each of its files for a hardware capsule of its own."""
+    with pytest.raises(WriterError, match="run id 'hardware' is reserved"):
+        _open(tmp_path, "hardware")
+    assert not (tmp_path / "active" / "hardware").exists()
