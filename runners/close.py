@@ -19,6 +19,7 @@ import os
 import shutil
 import stat
 import sys
+import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -276,17 +277,25 @@ def _release_sealed_names(active: Path, final: Path, log: Callable[[str], None])
 
 def _unshare(final: Path, log: Callable[[str], None]) -> None:
     """Give every sealed file that still has another name (a quarantined attempt's link, a name the release
-    could not remove) bytes of its own: a sealed byte is reachable only through ``export/<id>``."""
+    could not remove) bytes of its own: a sealed byte is reachable only through ``export/<id>``.
+
+    Each copy is made in ``export/.partial/`` and renamed over its file, so a close interrupted here leaves
+    no stray name inside the sealed capsule (a ``.train.csv.unshared`` there failed ``capsule.closed_world``
+    for good), and the close run again finishes the job.
+    """
+    spare = working_folder(final.parent, ".partial")
+    _discard_unshared(spare)
     copied = 0
     for path in final.rglob("*"):
         info = path.lstat()
         if stat.S_ISREG(info.st_mode) and info.st_nlink > 1:
-            own = path.with_name(f".{path.name}.unshared")
+            fd, temp = tempfile.mkstemp(dir=spare, prefix=UNSHARED_PREFIX)
+            os.close(fd)
             try:
-                shutil.copy2(path, own, follow_symlinks=False)
-                os.replace(own, path)
+                shutil.copy2(path, temp, follow_symlinks=False)
+                os.replace(temp, path)
             except OSError as exc:
-                own.unlink(missing_ok=True)
+                Path(temp).unlink(missing_ok=True)
                 log(f"close {final.name}: {path} still shares its bytes with another name ({_one_line(exc)})")
                 continue
             copied += 1
@@ -294,6 +303,17 @@ def _unshare(final: Path, log: Callable[[str], None]) -> None:
         log(
             f"close {final.name}: {copied} sealed file(s) had another name (a quarantined attempt's); copied apart"
         )
+
+
+# What :func:`_unshare` names its copies while they are made, in ``export/.partial/``: never a run id.
+UNSHARED_PREFIX = ".unshared-"
+
+
+def _discard_unshared(spare: Path) -> None:
+    """Remove the copies an interrupted :func:`_unshare` left in ``export/.partial/``."""
+    for leftover in spare.glob(f"{UNSHARED_PREFIX}*"):
+        if leftover.is_file() and not leftover.is_symlink():
+            leftover.unlink(missing_ok=True)
 
 
 def _one_line(exc: OSError) -> str:
@@ -323,9 +343,11 @@ def close_run(root: Path, run_id: str, *, log: Callable[[str], None] = lambda li
     if not active.is_dir() or active.is_symlink():
         raise CloseError(f"close {run_id}: {active} does not exist; there is no active run to close")
     if final.exists():
-        # A close interrupted between its rename and the release of active/'s names left them sharing
-        # the sealed inodes: release them now, then refuse as ever.
+        # A close interrupted between its rename and the release of active/'s names, or while it copied
+        # apart the files a quarantined attempt still shares, left them sharing the sealed inodes: finish
+        # both now, then refuse as ever.
         _release_sealed_names(active, final, log)
+        _unshare(final, log)
         raise CloseError(
             f"close {run_id}: {final} is already sealed; a sealed capsule is never overwritten, "
             "a re-run mints a new run id"

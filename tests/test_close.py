@@ -13,6 +13,7 @@ import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -166,6 +167,37 @@ def test_an_export_that_is_no_folder_is_one_line_and_nothing_moves(
     assert tree_digest(root / "active") == before_active
 
 
+def test_a_close_interrupted_while_copying_shared_files_apart_leaves_nothing_in_the_capsule(
+    root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Ctrl-C while close copied apart the sealed files a quarantined attempt still shared left a
+    ``.train.csv.unshared`` inside the sealed capsule (``capsule.closed_world`` then failed for good), and the
+    close run again only said "already sealed"."""
+    from runaudit.runners import close as close_module
+
+    assert close(root) == 0
+    sealed = root / "export" / RUN_ID
+    os.link(sealed / "train.csv", tmp_path / "a-quarantined-attempt-s-name")  # what a quarantine leaves
+    before = tree_digest(sealed)
+    real_replace = os.replace
+
+    def interrupted(source: Any, target: Any) -> None:
+        if close_module.UNSHARED_PREFIX in str(source):
+            raise KeyboardInterrupt
+        real_replace(source, target)
+
+    monkeypatch.setattr(close_module.os, "replace", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        close_module._unshare(sealed, log=lambda line: None)
+    monkeypatch.undo()
+    assert tree_digest(sealed) == before  # no stray name in the capsule
+    capsys.readouterr()
+    assert close(root) == 2  # already sealed: and the copy apart is finished
+    assert "already sealed" in capsys.readouterr().err
+    assert (sealed / "train.csv").stat().st_nlink == 1 and tree_digest(sealed) == before
+    assert not list((root / "export" / ".partial").glob(f"{close_module.UNSHARED_PREFIX}*"))
+
+
 def test_a_stale_candidate_is_removed_not_kept(root: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """Found on a box: a retry quarantined the stale copy of an interrupted close, keeping it on a full
     disk. A candidate was never sealed and never read: it held links into active/ or copies of it."""
@@ -200,6 +232,7 @@ def test_a_run_whose_writer_is_alive_is_not_closed(root: Path, capsys: pytest.Ca
 HOLD_LOCK = """
 import sys, time
 from pathlib import Path
+from typing import Any
 from runaudit.workspace import try_lock
 held = try_lock(Path(sys.argv[1]))
 print("locked" if held else "busy", flush=True)
@@ -303,7 +336,11 @@ def test_a_copy_that_would_not_fit_is_refused_before_a_byte_moves(tmp_path: Path
 
 @pytest.mark.parametrize(
     ("run_id", "named"),
-    [("../escape", "not a safe id"), ("never-produced", "no active run to close"), ("hardware", "is reserved")],
+    [
+        ("../escape", "not a safe id"),
+        ("never-produced", "no active run to close"),
+        ("hardware", "is reserved"),
+    ],
     ids=["unsafe-id", "no-active-run", "reserved-id"],
 )
 def test_refusals_are_one_line(
