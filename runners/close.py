@@ -283,26 +283,31 @@ def _unshare(final: Path, log: Callable[[str], None]) -> None:
     no stray name inside the sealed capsule (a ``.train.csv.unshared`` there failed ``capsule.closed_world``
     for good), and the close run again finishes the job.
     """
-    spare = working_folder(final.parent, ".partial")
-    _discard_unshared(spare)
+    shared = [path for path in final.rglob("*") if _shares_its_bytes(path)]
+    spare = working_folder(final.parent, ".partial", make=bool(shared))
+    if spare.is_dir():
+        _discard_unshared(spare)
     copied = 0
-    for path in final.rglob("*"):
-        info = path.lstat()
-        if stat.S_ISREG(info.st_mode) and info.st_nlink > 1:
-            fd, temp = tempfile.mkstemp(dir=spare, prefix=UNSHARED_PREFIX)
-            os.close(fd)
-            try:
-                shutil.copy2(path, temp, follow_symlinks=False)
-                os.replace(temp, path)
-            except OSError as exc:
-                Path(temp).unlink(missing_ok=True)
-                log(f"close {final.name}: {path} still shares its bytes with another name ({_one_line(exc)})")
-                continue
-            copied += 1
+    for path in shared:
+        fd, temp = tempfile.mkstemp(dir=spare, prefix=UNSHARED_PREFIX)
+        os.close(fd)
+        try:
+            shutil.copy2(path, temp, follow_symlinks=False)
+            os.replace(temp, path)
+        except OSError as exc:
+            Path(temp).unlink(missing_ok=True)
+            log(f"close {final.name}: {path} still shares its bytes with another name ({_one_line(exc)})")
+            continue
+        copied += 1
     if copied:
         log(
             f"close {final.name}: {copied} sealed file(s) had another name (a quarantined attempt's); copied apart"
         )
+
+
+def _shares_its_bytes(path: Path) -> bool:
+    info = path.lstat()
+    return stat.S_ISREG(info.st_mode) and info.st_nlink > 1
 
 
 # What :func:`_unshare` names its copies while they are made, in ``export/.partial/``: never a run id.
