@@ -370,8 +370,8 @@ def close_run(root: Path, run_id: str, *, log: Callable[[str], None] = lambda li
         raise CloseError(f"close {run_id}: cannot lock {active / LOCK_FILE} ({_one_line(exc)})") from None
     if workspace is None:
         raise CloseError(
-            f"close {run_id}: a writer still holds {active} (the training process is running); "
-            "close it once the run has finished"
+            f"close {run_id}: a writer still holds {active} (the training process, or another close of it, "
+            "is running); close it once that has finished"
         )
     try:
         draft = _draft(active, run_id)  # read under the lock: no writer can finish in between

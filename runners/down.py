@@ -125,8 +125,9 @@ HOUSEKEEPING = {
 # receipt covers, and tearing down kills it.
 LIVE_WRITER = {
     "held": (
-        "a writer holds active/{run}/{lock}: training is running there now, and tearing down kills it and "
-        "loses what it writes next; let it finish, then close, pull and verify it, or abandon it"
+        "a writer holds active/{run}/{lock}: training (or a close sealing it) is running there now, and "
+        "tearing down kills it and loses what it writes next; let it finish, then close, pull and verify "
+        "it, or abandon it"
     ),
     "unknown": (
         "its active/{run}/{lock} is not a plain file the box could probe, so whether training is running "
