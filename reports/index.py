@@ -14,7 +14,7 @@ import json
 import sys
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +23,7 @@ from runaudit.atomic import write_bytes_atomic
 from runaudit.ids import INDEX_STEM
 from runaudit.ledger import cell
 from runaudit.manifest import nesting_problem
+from runaudit.receipts import receipt_status
 from runaudit.reports.document import REPORT_DEPTH
 from runaudit.reports.findings import GATE_ORDER
 from runaudit.reports.schema import report_problems
@@ -170,6 +171,8 @@ def sweep(folder: Path, roster: Sequence[str] = (), root: Path | None = None) ->
     ]
     columns = _columns(document for _, document in documents)
     rows = [_row(path, document, columns) for path, document in documents]
+    if root is not None:
+        rows = [_still_yes(root, row) for row in rows]
     broken = [
         Row(printable(path.name), None, "", "no", {}, [Cell("", "") for _ in columns], problem)
         for path, document, problem in reports
@@ -193,6 +196,22 @@ def sweep(folder: Path, roster: Sequence[str] = (), root: Path | None = None) ->
         "unreported": len(unreported),
         "harness_version": runaudit.__version__,
     }
+
+
+def _still_yes(root: Path, row: Row) -> Row:
+    """The row, its YES taken back where the receipt it rested on no longer holds now.
+
+    A report's answer is as of its session: a copy changed or gone since kept its YES on the index page,
+    where ``runaudit down`` would refuse. The receipt is asked again as ``down`` asks it (stat keys, and a
+    fresh hash of any file changed since it was verified)."""
+    if row.teardown != "yes":
+        return row
+    status = receipt_status(root, [row.run_id])
+    if status.ok:
+        return row
+    return replace(
+        row, teardown="not yet", problem=f"its YES no longer holds: {printable(status.problems[0])}"
+    )
 
 
 def _unreported(root: Path | None, run_id: str, folder: Path) -> str:

@@ -222,7 +222,8 @@ def test_the_sweep_index_sorts_without_a_server(
     base = json.loads(demo_report.with_suffix(".json").read_text())
     for run_id, broken in (("run-a", None), ("run-b", "capsule.ids"), ("run-c", None)):
         doc = json.loads(json.dumps(base))
-        doc["run_id"] = run_id
+        doc["run_id"] = run_id  # renamed: the demo's receipt covers no run of that name
+        doc["teardown"] = {"answer": "not yet", "reason": f"no pull receipt binds run {run_id}"}
         for item in doc["verdicts"]:
             if item["audit"] == broken:
                 item["verdict"] = "failed"

@@ -17,7 +17,9 @@ from runaudit.reports import index
 def write_reports(folder: Path, project: Path, runs: dict[str, list[dict[str, Any]]]) -> None:
     for run_id, records in runs.items():
         doc = build(demo_run(project), records)
-        doc["run_id"] = run_id
+        if run_id != doc["run_id"]:  # renamed: the demo's receipt covers no run of that name
+            doc["run_id"] = run_id
+            doc["teardown"] = {"answer": "not yet", "reason": f"no pull receipt binds run {run_id}"}
         (folder / f"{run_id}.json").write_text(json.dumps(doc))
 
 
@@ -44,7 +46,7 @@ def test_the_index_holds_the_worst_verdict_per_run_and_audit(
             "run-c": [record("capsule.ids", "failed", "bad id", gate_class="custody")],
         },
     )
-    assert runaudit_main(["report-index", "--report-dir", str(tmp_path)]) == 0
+    assert runaudit_main(["report-index", "--report-dir", str(tmp_path), "--root", str(project)]) == 0
     out = capsys.readouterr().out
     assert out.strip() == f"runaudit: wrote {tmp_path / 'index.html'} (3 runs × 2 audits)"
     page = (tmp_path / "index.html").read_text(encoding="utf-8")
@@ -63,7 +65,7 @@ def test_an_unusable_report_is_listed_with_its_reason_and_fails_the_verb(
     write_reports(tmp_path, project, {"good": [record("capsule.ids", "passed", gate_class="custody")]})
     (tmp_path / "torn.json").write_text('{"schema_version": "runaudit.report/1", ')
     (tmp_path / "alien.json").write_text(json.dumps({"schema_version": "someone-else/9"}))
-    assert runaudit_main(["report-index", "--report-dir", str(tmp_path)]) == 1
+    assert runaudit_main(["report-index", "--report-dir", str(tmp_path), "--root", str(project)]) == 1
     captured = capsys.readouterr()
     assert "(1 runs × 1 audits)" in captured.out
     problems = captured.err.splitlines()
@@ -86,3 +88,18 @@ def test_nothing_to_index_is_one_line_and_exit_2(
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and "pytest --run=<id> first" in err
     assert "Traceback" not in err
+
+
+def test_a_yes_whose_receipt_no_longer_holds_is_taken_back(project: Path, tmp_path: Path) -> None:
+    """A report's answer is as of its session: the copy changed since, and the index kept its YES where
+    ``runaudit down`` refuses."""
+    write_reports(tmp_path, project, {"demo": [record("capsule.ids", "passed", gate_class="custody")]})
+    (row,) = index.sweep(tmp_path, root=project)["rows"]
+    assert (row.teardown, row.problem) == ("yes", None)
+    best = project / "export" / "demo" / "best.pth"
+    data = bytearray(best.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    best.write_bytes(bytes(data))
+    (row,) = index.sweep(tmp_path, root=project)["rows"]
+    assert row.teardown == "not yet" and row.problem is not None
+    assert row.problem.startswith("its YES no longer holds: run demo: ") and "best.pth" in row.problem
