@@ -22,7 +22,9 @@ from runaudit.ids import report_stem
 from runaudit.manifest import load_json
 from runaudit.options import REPORT_DIR_OPTION, ROOT_OPTION, RUN_OPTION
 from runaudit.reports import document
+from runaudit.reports.receipt import receipt_block
 from runaudit.reports.schema import report_problems
+from runaudit.resolve import GROUP
 from runaudit.runners.box import Box, add_box_arguments, add_workdir_argument, box_from_args, require_run_id
 from runaudit.runners.remote_close import NOT_INSTALLED, python_on_box
 from runaudit.runners.ssh import Remote
@@ -33,12 +35,20 @@ from runaudit.verdict import shown
 PYTEST_EXITS = {0: "every audit held", 1: "some audits did not hold"}
 
 
-def merge(local: Mapping[str, Any] | None, remote: Mapping[str, Any], where: str) -> dict[str, Any]:
+def merge(
+    local: Mapping[str, Any] | None, remote: Mapping[str, Any], where: str, root: Path | None = None
+) -> dict[str, Any]:
     """The local report with the box's verdicts (labelled ``where``): each replaces the earlier verdict of
-    its audit and subject from that box, and every other earlier verdict stays."""
+    its audit and subject from that box, and every other earlier verdict stays.
+
+    The receipt the local report showed is asked again under ``root``: carried forward, a YES outlived the
+    copy it rested on (best.pth deleted since, and the page written now still said yes).
+    """
     arrived = [{"when": remote.get("started_utc"), **item, "where": where} for item in remote["verdicts"]]
     base = dict(local) if local is not None else dict(remote)
     base["verdicts"] = document.merge_verdicts((local or {}).get("verdicts", []), arrived)
+    if root is not None and base.get("origin") != GROUP:
+        base["receipt"] = receipt_block(root, str(base["run_id"]))
     return document.derive(base)  # summary, custody_ok and the teardown answer follow the merged verdicts
 
 
@@ -110,9 +120,11 @@ def _report_problem(found: Any, run_id: str) -> str | None:
     return None
 
 
-def write_merged(report_dir: Path, run_id: str, remote: Mapping[str, Any], where: str) -> Path:
+def write_merged(
+    report_dir: Path, run_id: str, remote: Mapping[str, Any], where: str, root: Path | None = None
+) -> Path:
     target = report_dir / f"{report_stem(run_id)}.json"
-    merged = merge(_local_report(target, run_id), remote, where)
+    merged = merge(_local_report(target, run_id), remote, where, root)
     write_json_atomic(target, merged)
     from runaudit.reports import html  # the page's figures import numpy: only this verb's end pays for it
 
@@ -137,7 +149,7 @@ def _main(args: argparse.Namespace) -> int:
         raise Refusal("audit: options go before RUN_ID: runaudit audit [options] RUN_ID -- PYTEST ARGS")
     code, document, tail = audit_on_box(box, args.run_id, args.workdir, pytest_args)
     report_dir = args.report_dir or (args.root / "reports")
-    target = write_merged(report_dir, args.run_id, document, box.endpoint.label)
+    target = write_merged(report_dir, args.run_id, document, box.endpoint.label, args.root)
     summary = ", ".join(f"{count} {name}" for name, count in document["summary"].items() if count)
     print(f"audit {args.run_id} on {box.endpoint.label}: {summary or 'no verdicts'}; merged into {target}")
     if code not in PYTEST_EXITS:

@@ -135,3 +135,16 @@ def test_a_box_audit_replaces_a_damaged_local_report_instead_of_crashing_on_it(
     assert len(merged["verdicts"]) == len(records) and {item["where"] for item in merged["verdicts"]} == {
         "box-a"
     }
+
+
+def test_a_box_audit_merged_later_asks_the_receipt_again(run_audits, project: Path, pytester) -> None:
+    """``runaudit audit`` merged the box's verdicts into a report whose YES rested on a receipt, after
+    ``best.pth`` was deleted here: the page and JSON it wrote still said yes, where ``down`` refused."""
+    custody = _report(run_audits(DEMO_RUN_ID, project, "-m", "custody"))
+    assert custody["teardown"]["answer"] == "yes", custody["teardown"]
+    (project / "export" / DEMO_RUN_ID / "best.pth").unlink()
+    reports = pytester.path / "reports"
+    box = _from_box(custody, {"capsule.ids"})
+    merged = json.loads(write_merged(reports, DEMO_RUN_ID, box, "box-a", project).read_text())
+    assert report_problems(merged) == []
+    assert merged["teardown"]["answer"] == "not yet" and "best.pth is gone" in merged["teardown"]["reason"]
