@@ -56,6 +56,8 @@ def assert_subset_held(result: pytest.RunResult) -> None:
         pytest.param("../x", ["--run=../x", "is not a run id"], id="unsafe-id"),
         # The value came back raw in "tried <cwd>/<value>": a terminal escape retitled the window.
         pytest.param("r\x1b]0;pwned\x07", ["--run=r\\x1b]0;pwned\\x07:"], id="terminal-escape"),
+        # A name past the file system's 255 bytes: Path.is_dir raised, and the session ended in INTERNALERROR.
+        pytest.param("a" * 300, ["--run=" + "a" * 80, "cannot be looked up"], id="name-past-the-limit"),
     ],
 )
 def test_bad_run_is_one_error_line(pytester: pytest.Pytester, spec: str, named: list[str]) -> None:
