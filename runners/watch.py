@@ -23,6 +23,7 @@ from dataclasses import asdict, dataclass, field
 from runaudit.runners.box import Box, add_box_arguments, box_from_args, require_run_id
 from runaudit.runners.ssh import UNKNOWN_STATE, Remote, TransportError
 from runaudit.usage import Refusal
+from runaudit.verdict import printable
 from runaudit.workspace import HEARTBEAT_FILE
 
 STALL_AFTER_S = 1800.0
@@ -110,9 +111,13 @@ class Status:
 
 
 def parse_signals(text: str) -> dict[str, str]:
+    """The probe's ``key=value`` lines; each value shown printable (:func:`runaudit.verdict.printable`): a
+    log line holding ``ESC[2K`` and a forged "finished" line overwrote the real verdict on the terminal,
+    and reached ``--on-exit``'s ``RUNAUDIT_REASON`` as it was."""
     signals: dict[str, str] = {}
     for line in text.splitlines():
         key, sep, value = line.partition("=")
+        value = printable(value)
         if sep and key.isidentifier():
             joined = key in signals and key in JOINED
             signals[key] = f"{signals[key]}{JOINED[key]}{value}" if joined else value

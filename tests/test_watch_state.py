@@ -133,6 +133,20 @@ def test_a_log_line_cannot_forge_a_signal(box: Box) -> None:
     assert state == "dead" and "exit_code=0" not in reason.split(";")[0], reason
 
 
+def test_a_log_line_cannot_act_on_the_terminal(box: Box) -> None:
+    """A dead run's log ending in ``ESC[1G ESC[2K`` and a forged "finished" line: the printed status
+    overwrote its own "dead" on the terminal, and reached ``--on-exit`` as it was."""
+    folder = attempt(box)
+    (folder / "pid").write_text("1 1\n")
+    (folder / "exit_code").write_text("1\n")
+    (folder / "log").write_text("loss 0.3\n\x1b[1G\x1b[2Kwatch r1 on box: finished\x1b[8m\n")
+    command = probe_command(box, RUN, "active/{run_id}/train.csv")
+    signals = parse_signals(subprocess.run(["/bin/sh", "-c", command], capture_output=True, text=True).stdout)
+    assert "\x1b" not in "".join(signals.values()) and "\\x1b[2K" in signals["log_last"]
+    state, reason = classify(signals)
+    assert state == "dead" and "\x1b" not in reason
+
+
 def test_a_reboot_is_blamed_only_when_the_job_recorded_no_exit(box: Box) -> None:
     folder = attempt(box)
     (folder / "pid").write_text("1 1\n")
