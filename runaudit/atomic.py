@@ -22,8 +22,10 @@ def fsync_dir(folder: Path) -> None:
         os.close(fd)
 
 
-def write_atomic(path: Path, write: Callable[[BinaryIO], Any]) -> Path:
-    """Call ``write(handle)`` on a temp sibling of ``path``, then move it into place."""
+def write_atomic(path: Path, write: Callable[[BinaryIO], Any], *, exclusive: bool = False) -> Path:
+    """Call ``write(handle)`` on a temp sibling of ``path``, then move it into place; ``exclusive``: only
+    where nothing is at ``path`` yet, else :class:`FileExistsError` (a link, which the kernel refuses
+    atomically when the name is taken: a check first lost one of two records written in one second)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     # The temp name keeps a bounded head of the name: "." + a 255-byte name + the random part would not fit.
     fd, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name[:200]}.", suffix=".tmp")
@@ -32,7 +34,11 @@ def write_atomic(path: Path, write: Callable[[BinaryIO], Any]) -> Path:
             write(handle)
             handle.flush()
             os.fsync(handle.fileno())
-        os.replace(temp, path)
+        if exclusive:
+            os.link(temp, path)
+            os.unlink(temp)
+        else:
+            os.replace(temp, path)
     except BaseException:
         Path(temp).unlink(missing_ok=True)
         raise
@@ -40,11 +46,11 @@ def write_atomic(path: Path, write: Callable[[BinaryIO], Any]) -> Path:
     return path
 
 
-def write_bytes_atomic(path: Path, data: bytes) -> Path:
-    return write_atomic(path, lambda handle: handle.write(data))
+def write_bytes_atomic(path: Path, data: bytes, *, exclusive: bool = False) -> Path:
+    return write_atomic(path, lambda handle: handle.write(data), exclusive=exclusive)
 
 
-def write_json_atomic(path: Path, document: Any) -> Path:
+def write_json_atomic(path: Path, document: Any, *, exclusive: bool = False) -> Path:
     """``document`` as indented UTF-8 JSON, written atomically.
 
     A string holding a lone surrogate (a file name that was not UTF-8, reaching Python as surrogate
@@ -56,4 +62,4 @@ def write_json_atomic(path: Path, document: Any) -> Path:
         data = text.encode("utf-8")
     except UnicodeEncodeError:
         data = (json.dumps(document, indent=2, sort_keys=False) + "\n").encode("ascii")
-    return write_bytes_atomic(path, data)
+    return write_bytes_atomic(path, data, exclusive=exclusive)

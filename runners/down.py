@@ -796,16 +796,22 @@ def gate(
     return approval
 
 
-def record_path(root: Path, target: str, now: dt.datetime) -> Path:
-    """``_trust/teardowns/<target>-<stamp>.json``; the target is reduced to a safe file name, never a path."""
+def record_path(root: Path, target: str, now: dt.datetime, n: int = 1) -> Path:
+    """``_trust/teardowns/<target>-<stamp>.json`` (``-<n>`` from the second record of one second on); the
+    target is reduced to a safe file name, never a path."""
     name = re.sub(r"[^A-Za-z0-9._-]", "_", target).lstrip(".-") or "target"
-    folder = root / "_trust" / "teardowns"
-    stem = f"{name}-{stamp(now)}"
-    path, n = folder / f"{stem}.json", 1
-    while path.exists() or path.is_symlink():  # two approvals in one second keep both records
-        n += 1
-        path = folder / f"{stem}-{n}.json"
-    return path
+    stem = f"{name}-{stamp(now)}" + (f"-{n}" if n > 1 else "")
+    return root / "_trust" / "teardowns" / f"{stem}.json"
+
+
+def _write_new_record(root: Path, target: str, now: dt.datetime, document: Mapping[str, Any]) -> Path:
+    """The record under the first name no record holds: two approvals in one second keep both."""
+    n = 1
+    while True:
+        try:
+            return write_json_atomic(record_path(root, target, now, n), document, exclusive=True)
+        except FileExistsError:
+            n += 1
 
 
 def write_record(
@@ -838,7 +844,7 @@ def write_record(
                 f"teardown record is written only in a folder of the project's own; {NOTHING_STOPPED}"
             )
     try:
-        return write_json_atomic(record_path(root, target, now), document)
+        return _write_new_record(root, target, now, document)
     except OSError as exc:
         raise Refused(
             f"down refused: the teardown record could not be written under {root / '_trust' / 'teardowns'} "

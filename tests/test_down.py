@@ -715,3 +715,26 @@ def test_a_receipt_over_the_producer_s_own_export_is_no_copy_brought_home(projec
         Refused, match=rf"receipt {DEMO_RUN_ID} verified export/{DEMO_RUN_ID} in place, where it"
     ):
         approve(project, inventory(project, ("export", DEMO_RUN_ID)))
+
+
+def test_two_approvals_in_one_second_keep_both_records(project: Path) -> None:
+    """Two downs approved in the same second for one target: the check for a free name came before the
+    write, and the second record replaced the first (20 of 20 tries with two processes)."""
+    import datetime as dt
+    import threading
+
+    now = dt.datetime(2026, 1, 2, 3, 4, 5, tzinfo=dt.UTC)
+    approval = approve(project, inventory(project, ("export", DEMO_RUN_ID)))
+    start = threading.Barrier(8)
+    written: list[Path] = []
+
+    def approve_at_once() -> None:
+        start.wait()
+        written.append(down_module.write_record(project, approval, load_profile("runpod"), "pod-7", now=now))
+
+    threads = [threading.Thread(target=approve_at_once) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(set(written)) == 8 and sorted(written) == records(project)
