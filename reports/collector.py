@@ -26,7 +26,7 @@ from runaudit.fixtures.verdicts import PROPERTY, record_of, strict_mode
 from runaudit.ids import report_stem
 from runaudit.reports import document
 from runaudit.run import Run
-from runaudit.verdict import Verdict, printable
+from runaudit.verdict import Verdict, printable, shell_word
 
 PREDRAW_WAIT_S = 60
 # How a session that pytest reports with these statuses ended, in the report's words.
@@ -234,4 +234,4 @@ class VerdictReport:
         if self.report_problem is not None:
             terminalreporter.write_line(f"runaudit: {self.report_problem}", red=True)
         for path in self.written:
-            terminalreporter.write_line(f"runaudit: wrote {document.shell_word(str(path))}")
+            terminalreporter.write_line(f"runaudit: wrote {shell_word(str(path))}")

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import importlib.metadata
 import platform
-import shlex
 import socket
 import sys
 from collections import Counter
@@ -18,7 +17,7 @@ from runaudit.reports import facts
 from runaudit.reports.receipt import binding_receipt
 from runaudit.resolve import GROUP
 from runaudit.run import Run
-from runaudit.verdict import EVIDENCE_DEPTH, Verdict, jsonable
+from runaudit.verdict import EVIDENCE_DEPTH, Verdict, jsonable, shell_word
 
 SCHEMA_VERSION = "runaudit.report/1"
 # The report's own frame (document, verdicts, one verdict) around evidence already held to EVIDENCE_DEPTH.
@@ -212,33 +211,6 @@ def reproduce_line(invocation_dir: Path, args: Sequence[str]) -> str:
     """The shell line that re-runs these audits exactly, from where they were run."""
     words = " ".join(shell_word(arg) for arg in args)
     return f"cd {shell_word(str(invocation_dir))} && python -m pytest {words}".rstrip()
-
-
-def shell_word(text: str) -> str:
-    """``text`` as one shell word that only shows: :func:`shlex.quote`'d, or where it holds a character that
-    is not printable (a line break, an ESC, an undecodable byte of a file name), in bash's ``$'...'`` quoting
-    with that character escaped.
-
-    The report shows every string printable (:func:`runaudit.verdict.printable`), which turned the ESC of a
-    project path in the reproduce line into the four characters ``\x1b``: a line naming a folder that does
-    not exist. Escaped for the shell first, the line is printable already and names the real one.
-    """
-    if text.isprintable():
-        return shlex.quote(text)
-    escaped = []
-    for char in text:
-        code = ord(char)
-        if char in "\\'":
-            escaped.append("\\" + char)
-        elif char.isprintable():
-            escaped.append(char)
-        elif 0xDC80 <= code <= 0xDCFF:  # an undecodable byte, as Python carries it (surrogateescape)
-            escaped.append(f"\\x{code - 0xDC00:02x}")
-        elif code < 0x80:
-            escaped.append(f"\\x{code:02x}")
-        else:  # bash writes \u and \U as UTF-8, as Python encodes the character (\x would be one raw byte)
-            escaped.append(f"\\u{code:04x}" if code <= 0xFFFF else f"\\U{code:08x}")
-    return "$'" + "".join(escaped) + "'"
 
 
 def _verdict(record: Mapping[str, Any]) -> dict[str, Any]:

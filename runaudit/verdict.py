@@ -16,6 +16,7 @@ from __future__ import annotations
 import enum
 import math
 import re
+import shlex
 from collections.abc import Mapping
 from pathlib import PurePath
 from typing import Any
@@ -129,6 +130,33 @@ def printable(text: str) -> str:
         return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
     except UnicodeEncodeError:  # a surrogate that no undecodable byte explains
         return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def shell_word(text: str) -> str:
+    """``text`` as one shell word that only shows: :func:`shlex.quote`'d, or where it holds a character that
+    is not printable (a line break, an ESC, an undecodable byte of a file name), in bash's ``$'...'`` quoting
+    with that character escaped.
+
+    The report shows every string printable (:func:`printable`), which turned the ESC of a
+    project path in the reproduce line into the four characters ``\x1b``: a line naming a folder that does
+    not exist. Escaped for the shell first, the line is printable already and names the real one.
+    """
+    if text.isprintable():
+        return shlex.quote(text)
+    escaped = []
+    for char in text:
+        code = ord(char)
+        if char in "\\'":
+            escaped.append("\\" + char)
+        elif char.isprintable():
+            escaped.append(char)
+        elif 0xDC80 <= code <= 0xDCFF:  # an undecodable byte, as Python carries it (surrogateescape)
+            escaped.append(f"\\x{code - 0xDC00:02x}")
+        elif code < 0x80:
+            escaped.append(f"\\x{code:02x}")
+        else:  # bash writes \u and \U as UTF-8, as Python encodes the character (\x would be one raw byte)
+            escaped.append(f"\\u{code:04x}" if code <= 0xFFFF else f"\\U{code:08x}")
+    return "$'" + "".join(escaped) + "'"
 
 
 def shown(text: str, limit: int = SHOWN_CHARS) -> str:

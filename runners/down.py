@@ -9,8 +9,9 @@ the box) and ``quarantine/*`` (failed closes, ``<id>--<attempt>``), with every f
 and of what ``close`` seals in a live run's folder hashed on the box, each live run's writer lock
 probed (:mod:`runaudit.workspace`: a trainer holds it while it runs), and what still runs found: the jobs
 ``runaudit launch`` started that have not ended, for this project root or any other (their attempts under
-``--state-dir``: a root spelled another way, through a link, is another key there), and the queue runners
-holding ``queues/.<name>.lock``. A box it cannot list or hash
+``--state-dir``: a root spelled another way, through a link, is another key there), the queue runners
+holding ``queues/.<name>.lock``, and any other project root those launches recorded that still holds runs
+(the whole box goes, that root too). A box it cannot list or hash
 (a transport failure, a refused host key, a remote root that does not exist, no Python to hash with, a file it
 cannot read) is a refusal, never an approval. Names from the box are untrusted: only a safe id is looked up
 among the local receipts (whose own manifests name the folders checked), never joined to a local path
@@ -75,6 +76,7 @@ from runaudit.runners.close import REASON_FILE, SEALED_ENTRIES
 from runaudit.runners.ssh import UNKNOWN_STATE, Remote
 from runaudit.runners.watch import JOB_ALIVE, START_GRACE_S
 from runaudit.usage import Refusal, existing_dir
+from runaudit.verdict import shell_word
 from runaudit.workspace import LOCK_FILE
 
 RECORD_VERSION = "runaudit.teardown/1"
@@ -104,6 +106,7 @@ RUNNING: Mapping[str, str] = {
     "jobs": "a launched job, running",
     "jobs-elsewhere": "a launched job of another project root, running",
     "queues": "a queue runner, running",
+    "roots-elsewhere": "another project root on the box",
 }
 # The states of a job the listing reports as running: its pid alive (``unverified``: a box with no
 # ``/proc``), or started and not yet past writing its pid.
@@ -113,7 +116,7 @@ CAPSULE_AREAS = ("export", "runs")
 # Hardware capsules: ``runaudit manifest`` lists none (runners/manifest.py), so no receipt can cover one.
 HARDWARE_AREAS = ("export/hardware", "runs/hardware")
 # What no receipt covers is abandoned by a key naming its kind: ``hardware/<id>``, ``quarantine/<attempt>``.
-UNRECEIPTED_KINDS = ("hardware/", "quarantine/", "queue/", "job/")
+UNRECEIPTED_KINDS = ("hardware/", "quarantine/", "queue/", "job/", "root/")
 # Entries of an area that belong to the harness, not to a run: the sub-areas and close's lock file.
 HOUSEKEEPING = {
     ("export", ".partial"): ("dir", "link-dir"),
@@ -144,6 +147,12 @@ STILL_RUNNING = {
         "a job runaudit launch started on this box for another project root (its attempts in {name} under "
         "--state-dir) has not ended (its wrapper {state}): tearing the box down kills it too; let it finish, "
         "or abandon it as job/{name} (--abandon=job/{name})"
+    ),
+    "roots-elsewhere": (
+        "runaudit launched runs on this box in another project root, {detail}, which still holds {areas}: down "
+        "looks only under the remote root, and tearing the box down takes that root too; list it with "
+        "runaudit down --remote-root {detail} (without --confirm), then abandon it here as root/{name} "
+        "(--abandon=root/{name})"
     ),
     "queues": (
         "the runner of queue {name} holds queues/.{name}.lock: it trains the queue's runs one after another, "
@@ -238,6 +247,16 @@ fi
 if [ -e "$R/queues" ] && { [ ! -d "$R/queues" ] || [ ! -r "$R/queues" ] || [ ! -x "$R/queues" ]; }; then
   echo "area queues unreadable"
 fi
+if [ -d "$STATE" ]; then
+  for k in "$STATE"/*; do
+    if [ ! -d "$k" ] || [ -L "$k" ] || [ "${k##*/}" = "$KEY" ]; then continue; fi
+    out=$("$PY" -I -c "$ROOTS" "$k" "$R") || out=
+    case "$out" in
+      *"roots "*" done") printf '%s\n' "$out" ;;
+      *) echo "roots-unread $(printf '%s' "${k##*/}" | od -An -v -tx1 | tr -d ' \n')" ;;
+    esac
+  done
+fi
 for q in "$R/queues"/.*.lock; do
   if [ ! -e "$q" ] && [ ! -L "$q" ]; then continue; fi
   n=${q##*/}; n=${n#.}; hex=$(printf '%s' "${n%.lock}" | od -An -v -tx1 | tr -d ' \n')
@@ -275,6 +294,35 @@ while pending:
     except OSError:
         sys.exit(1)
 print("hashed", label)
+"""
+
+
+# Run by the box's Python on another key's folder of the state folder (``<state-dir>/<key>``) and the remote
+# root: every project root its launches recorded (``launch.json``), other than the remote root itself (a
+# root spelled through a link is the same root), that still holds runs, as ``root-elsewhere <hex key> <hex
+# root> <areas>``; then ``roots <hex key> done``. A root recorded before launch wrote ``root`` is read from
+# ``workdir``, the root when no ``--workdir`` was given.
+ROOTS = r"""
+import json, os, sys
+folder, own = sys.argv[1], os.path.realpath(sys.argv[2])
+key = os.fsencode(os.path.basename(folder)).hex()
+roots = set()
+for run in sorted(os.listdir(folder)):
+    attempts = os.path.join(folder, run)
+    for attempt in sorted(os.listdir(attempts)) if os.path.isdir(attempts) else ():
+        try:
+            with open(os.path.join(attempts, attempt, "launch.json"), "rb") as handle:
+                record = json.loads(handle.read(1 << 20))
+            root = record.get("root") or record.get("workdir")
+        except (OSError, ValueError, AttributeError):
+            continue
+        if isinstance(root, str) and root.startswith("/"):
+            roots.add(os.path.realpath(root))
+for root in sorted(roots - {own}):
+    held = [area for area in ("active", "export", "runs", "quarantine") if os.path.isdir(os.path.join(root, area)) and os.listdir(os.path.join(root, area))]
+    if held:
+        print("root-elsewhere", key, os.fsencode(root).hex(), ",".join(held))
+print("roots", key, "done")
 """
 
 
@@ -323,6 +371,8 @@ class Entry:
     # A live run's writer lock as the box probed it: "held" (training is running), "unknown" (it could not
     # be probed), or None (no lock file, or nobody holds it).
     writer: str | None = None
+    # Another project root's path on the box (untrusted, shown escaped), for an entry of ``roots-elsewhere``.
+    detail: str = ""
 
     @property
     def newer_than_a_receipt(self) -> bool:
@@ -337,7 +387,7 @@ class Entry:
     def run_id(self) -> str | None:
         """The run a receipt may cover, or None when none can: an unsafe name, a hardware capsule, or a
         quarantined attempt (a close that failed: its bytes are not the capsule any pull brought home)."""
-        if self.hardware or self.area in ("quarantine", "queues", "jobs-elsewhere"):
+        if self.hardware or self.area in ("quarantine", "queues", "jobs-elsewhere", "roots-elsewhere"):
             return None
         return self.name if is_safe_id(self.name) else None
 
@@ -354,6 +404,8 @@ class Entry:
             return f"queue/{self.name}"
         if self.area == "jobs-elsewhere":
             return f"job/{self.name}"
+        if self.area == "roots-elsewhere":
+            return f"root/{self.name}"
         return self.run_id or self.name
 
     @property
@@ -444,9 +496,17 @@ def parse_inventory(text: str, box: str, root: str) -> Inventory:
                 f"{cannot} (active/{shown(_decoded(words[1], cannot))} cannot be listed: whether training "
                 f"resumed there is not known); {NOTHING_STOPPED}"
             )
-        elif words[0] in ("job", "job-elsewhere", "queue"):
+        elif words[0] in ("job", "job-elsewhere", "queue", "root-elsewhere"):
             entries.append(_running(words, cannot))
             contents.append(_Content())
+        elif words[0] == "roots" and len(words) == 3 and words[2] == "done":
+            continue  # the shell passes on only an answer that ends so
+        elif words[0] == "roots-unread" and len(words) == 2:
+            raise Refused(
+                f"{cannot} (the launch records under its state folder's {shown(_decoded(words[1], cannot))} "
+                f"could not be read, so whether another project root on it holds runs is not known); "
+                f"{NOTHING_STOPPED}"
+            )
         elif words[0] in CONTENT_SHAPES:
             _add_content(entries[-1] if entries else None, contents[-1] if contents else None, words, cannot)
         elif words[0] == "entry":
@@ -469,6 +529,11 @@ def _running(words: list[str], cannot: str) -> Entry:
         return Entry("jobs-elsewhere", _decoded(words[1], cannot), words[2])
     if len(words) == 3 and words[0] == "queue" and words[2] in LIVE_WRITER:
         return Entry("queues", _decoded(words[1], cannot), "lock", writer=words[2])
+    areas = words[3].split(",") if len(words) == 4 else []
+    if words[0] == "root-elsewhere" and areas and set(areas) <= {"active", "export", "runs", "quarantine"}:
+        return Entry(
+            "roots-elsewhere", _decoded(words[1], cannot), ",".join(areas), detail=_decoded(words[2], cannot)
+        )
     raise Refused(f"{cannot} (an unexpected listing line {' '.join(words)[:80]!r}); {NOTHING_STOPPED}")
 
 
@@ -557,7 +622,8 @@ def inventory_command(box: Box) -> str:
         f"R={shlex.quote(str(box.root))}\nSEALED={shlex.quote(' '.join(SEALED_ENTRIES))}\n"
         f"PY={shlex.quote(box.python)}\nHASHER={shlex.quote(HASHER)}\nLOCK={shlex.quote(LOCK_FILE)}\n"
         f"WRITER={shlex.quote(WRITER)}\nSTATE={shlex.quote(box.state_dir)}\nKEY={shlex.quote(box.key)}\n"
-        f"SOCK={shlex.quote(box.tmux_socket)}\nGRACE={START_GRACE_S}\n{JOB_ALIVE}{INVENTORY}"
+        f"SOCK={shlex.quote(box.tmux_socket)}\nGRACE={START_GRACE_S}\nROOTS={shlex.quote(ROOTS)}\n"
+        f"{JOB_ALIVE}{INVENTORY}"
     )
 
 
@@ -682,7 +748,10 @@ def _still_running(entry: Entry, key: str) -> str:
         )
     state = JOB_STATE_WORDS.get(entry.kind, "")
     name = shown(key).removeprefix("job/") if entry.area == "jobs-elsewhere" else shown(entry.name)
-    return STILL_RUNNING[entry.area].format(run=shown(key), name=name, state=state)
+    areas = ", ".join(f"{area}/" for area in entry.kind.split(","))
+    return STILL_RUNNING[entry.area].format(
+        run=shown(key), name=name, state=state, detail=shell_word(entry.detail), areas=areas
+    )
 
 
 def _quarantined(name: str) -> str:

@@ -271,6 +271,7 @@ def launch(
             "session": tmux_session,
             "tmux_socket": box.tmux_socket if used == "tmux" else None,
             "workdir": workdir or str(box.root),
+            "root": str(box.root),  # the project root: runaudit down of another root on the box finds it here
             "command": list(command),
             "env_names": sorted(values),
             "launched_utc": utc_now(),

@@ -368,6 +368,38 @@ def test_a_launched_job_or_a_queue_runner_still_running_blocks(
     assert "queues/.q2.lock is not a plain file the box could probe" in refused(capsys)
 
 
+def test_another_project_root_that_still_holds_runs_blocks(
+    sshbox: SshBox,
+    pulled: Pulled,
+    box: Path,
+    box_state: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A second project on the box trained a run with ``runaudit launch`` and sealed it: down, looking only
+    under the first root, approved a teardown that took the other project's only copy."""
+    other = tmp_path / "other-project"
+    other.mkdir()
+    ended = launch(sshbox.box(other, box_state), "b1", ["bash", "-c", f"{ALIVE}exit 0"], alive_timeout_s=30)
+    assert _wait_for(Path(ended.attempt_dir) / "exit_code") == "0"
+    (other / "export" / "b1").mkdir(parents=True)
+    (other / "export" / "b1" / "best.pth").write_bytes(b"the other project's only copy")
+    key = Path(ended.attempt_dir).parent.parent.name
+    assert down(sshbox, pulled, box, state_dir=box_state) == 2
+    err = refused(capsys)
+    assert (
+        f"root/{key} (another project root on the box): runaudit launched runs on this box in another" in err
+    )
+    assert f"{other}, which still holds active/, export/" in err
+    assert down(sshbox, pulled, box, f"--abandon=root/{key}", state_dir=box_state) == 0
+    capsys.readouterr()
+    # Holding no runs, it no longer blocks (a root spelled through a link is the remote root itself: the
+    # launched-job test's records under another key never block once their job ended).
+    shutil.rmtree(other / "active")
+    shutil.rmtree(other / "export")
+    assert down(sshbox, pulled, box, state_dir=box_state) == 0
+
+
 def _wait_for(exit_code: Path) -> str:
     """The exit code a launched job's wrapper records, once it has (30 s at most)."""
     deadline = time.monotonic() + 30
