@@ -22,18 +22,24 @@ from runaudit.usage import existing_dir
 
 
 def countdown(record: dict[str, object], now: dt.datetime) -> list[str]:
-    """One line per danger clock of the record's profile, counted from its approval."""
+    """One line per danger clock the record's profile had when ``down`` approved, counted from then.
+
+    The record carries the plan it was approved under (meter stop and danger clocks): a profile named by
+    its file (``--profile my.toml``) was looked up again from wherever ``clocks`` ran, and AutoDL's 15-day
+    release clock was lost ("no such profile file"), or read from another ``my.toml``. A record written
+    before it carried the plan is read through its profile's name, as then.
+    """
     target, approved = str(record.get("target")), str(record.get("approved_utc"))
     try:
-        profile = load_profile(str(record.get("profile")))
+        name, verb, reversible, clocks = _plan(record)
         since = dt.datetime.fromisoformat(approved.replace("Z", "+00:00"))
     except (ProfileError, ValueError) as exc:
         return [f"{target}: the record cannot be read ({exc})"]
-    if profile.meter_stop.reversible is not True:
-        return [f"{target}: {profile.name}'s '{profile.meter_stop.verb}' leaves no box for a clock to take"]
+    if reversible is not True:
+        return [f"{target}: {name}'s '{verb}' leaves no box for a clock to take"]
     lines = []
-    for clock in profile.danger_clocks:
-        said = f"{target} ({profile.name}): {clock['trigger']} → {clock['effect']} after {clock['delay']}"
+    for clock in clocks:
+        said = f"{target} ({name}): {clock['trigger']} → {clock['effect']} after {clock['delay']}"
         try:
             due = since + dt.timedelta(seconds=parse_duration(clock["delay"]))
         except ValueError:
@@ -47,6 +53,37 @@ def countdown(record: dict[str, object], now: dt.datetime) -> list[str]:
         else:
             lines.append(f"{said}: due {utc_text(due)}, {left.days} day(s) {left.seconds // 3600} h left")
     return lines
+
+
+CLOCK_FIELDS = ("trigger", "effect", "delay")
+
+
+def _plan(record: dict[str, object]) -> tuple[str, str, object, list[dict[str, str]]]:
+    """(profile name, meter-stop verb, whether it is reversible, danger clocks) the record was approved under."""
+    name, meter_stop, clocks = (
+        str(record.get("profile")),
+        record.get("meter_stop"),
+        record.get("danger_clocks"),
+    )
+    if meter_stop is None and clocks is None:  # a record from before the plan rode with it
+        profile = load_profile(name)
+        return (
+            profile.name,
+            profile.meter_stop.verb,
+            profile.meter_stop.reversible,
+            list(map(dict, profile.danger_clocks)),
+        )
+    if not (
+        isinstance(meter_stop, dict)
+        and isinstance(meter_stop.get("verb"), str)
+        and isinstance(clocks, list)
+        and all(
+            isinstance(clock, dict) and all(isinstance(clock.get(key), str) for key in CLOCK_FIELDS)
+            for clock in clocks
+        )
+    ):
+        raise ValueError("its meter_stop or danger_clocks are not what runaudit down writes")
+    return name, meter_stop["verb"], meter_stop.get("reversible"), clocks
 
 
 def _main(args: argparse.Namespace) -> int:

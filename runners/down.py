@@ -893,6 +893,9 @@ def write_record(
         "schema_version": RECORD_VERSION,
         "target": target,
         "profile": profile.name,
+        # The plan approved, carried whole: ``runaudit clocks`` counts from it wherever it runs.
+        "meter_stop": {"verb": profile.meter_stop.verb, "reversible": profile.meter_stop.reversible},
+        "danger_clocks": [dict(clock) for clock in profile.danger_clocks],
         "box": inventory.box,
         "remote_root": inventory.root,
         "approved_utc": utc_text(now),

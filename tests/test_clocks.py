@@ -36,3 +36,23 @@ def test_a_stopped_box_counts_down_to_its_auto_release(
     assert any(line.startswith("box-a") and line.endswith("after immediate") for line in lines)  # as stated
     (pod,) = [line for line in lines if line.startswith("pod-c")]
     assert "leaves no box for a clock to take" in pod  # terminate deletes: nothing left to release
+
+
+def test_a_record_counts_down_from_the_plan_it_was_approved_under(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``down --profile my.toml`` (a user's copy of autodl's) stored the name as typed; ``clocks`` run anywhere
+    else said "no such profile file", and the 15-day release clock of the stopped box was lost."""
+    from runaudit.platforms import builtin_dir, load_profile
+    from runaudit.runners.down import Approval, Inventory, write_record
+
+    mine = tmp_path / "my.toml"
+    mine.write_text((builtin_dir() / "autodl.toml").read_text(encoding="utf-8"), encoding="utf-8")
+    approved = dt.datetime.now(dt.UTC) - dt.timedelta(days=3.5)
+    approval = Approval(Inventory("me@box:22", "/root/project"), [])
+    write_record(tmp_path, approval, load_profile(str(mine)), "box-a", now=approved)
+    mine.unlink()  # clocks runs where the profile file is not
+    assert main(["clocks", "--root", str(tmp_path)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    (release,) = [line for line in lines if line.startswith("box-a") and "15 days" in line]
+    assert "11 day(s)" in release and "h left" in release
