@@ -116,7 +116,8 @@ def run_steps(box: Box, run_id: str, steps: tuple[str, ...], *, pull_id: str, wo
         if step == "close":
             result = close_on_box(box, run_id, workdir)
         else:
-            result = manifest_on_box(box, [run_id], pull_id, None, workdir)
+            # The run alone: a box that sealed earlier runs holds them too, each pulled by its own manifest.
+            result = manifest_on_box(box, [run_id], pull_id, None, workdir, subset=True)
         sys.stdout.write(result.stdout)
         sys.stderr.write(result.stderr)
         print(

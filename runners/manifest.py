@@ -1,6 +1,8 @@
 """``runaudit manifest``: the producer's PULL_MANIFEST.json, built from an explicit roster.
 
-The roster names every run to pull; the export folder must hold exactly those sealed capsules. Every
+The roster names every run to pull; the export folder must hold exactly those sealed capsules, or with
+``--subset`` at least those (a box that sealed earlier runs, one manifest per run as ``watch --then
+close,manifest`` writes them: ``runaudit down`` refuses a teardown until each sealed run is pulled). Every
 file is hashed fresh (this is the producer's trust boundary) and the manifest is written atomically
 under ``_trust/pulls/<pull-id>/``, never inside a capsule, and never over an existing one.
 """
@@ -35,6 +37,7 @@ def build_manifest(
     pull_id: str,
     *,
     node: str | None = None,
+    subset: bool = False,
     log: Callable[[str], None] = print,
 ) -> Path:
     if not is_safe_id(pull_id):
@@ -51,10 +54,11 @@ def build_manifest(
         if not entry.name.startswith(".") and entry.name not in IGNORED_IN_EXPORT
     }
     missing = [name for name in roster if name not in present]
-    unexpected = sorted(present - set(roster))
+    unexpected = [] if subset else sorted(present - set(roster))
     if missing or unexpected:
         raise ManifestError(
             f"{exports} does not match the roster: missing {missing or 'none'}, unexpected {unexpected or 'none'}"
+            + ("; list the other sealed runs too, or pass --subset to list these alone" if unexpected else "")
         )
     files: dict[str, Path] = {}
     empty_dirs: list[str] = []
@@ -108,7 +112,14 @@ def _main(args: argparse.Namespace) -> int:
     if args.root is None:
         raise ManifestError("manifest needs --root (the project root here), or --host and --remote-root")
     roster = roster_from_args(args)
-    build_manifest(args.root.resolve(), roster, args.pull_id, node=args.node, log=lambda line: print(line))
+    build_manifest(
+        args.root.resolve(),
+        roster,
+        args.pull_id,
+        node=args.node,
+        subset=args.subset,
+        log=lambda line: print(line),
+    )
     return 0
 
 
@@ -122,4 +133,10 @@ def add_verb(verbs: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     listed.add_argument("--runs", nargs="+", metavar="RUN_ID", help="the roster as run ids")
     parser.add_argument("--pull-id", required=True)
     parser.add_argument("--node", help="producer node name (default: this host's name)")
+    parser.add_argument(
+        "--subset",
+        action="store_true",
+        help="list these runs alone, though export/ holds other sealed runs (each needs a pull of its own "
+        "before runaudit down approves a teardown)",
+    )
     parser.set_defaults(handler=_main)

@@ -51,11 +51,19 @@ def close_on_box(box: Box, run_id: str, workdir: str | None) -> Result:
 
 
 def manifest_on_box(
-    box: Box, roster: Sequence[str], pull_id: str, node: str | None, workdir: str | None
+    box: Box,
+    roster: Sequence[str],
+    pull_id: str,
+    node: str | None,
+    workdir: str | None,
+    *,
+    subset: bool = False,
 ) -> Result:
     """The roster travels as run ids in argv: each is a checked safe id, never a secret or a path."""
     args = ["runaudit", "manifest", "--root", str(box.root), "--pull-id", pull_id, "--runs", *roster]
-    return run_on_box(box, workdir, [*args, *(["--node", node] if node else [])])
+    return run_on_box(
+        box, workdir, [*args, *(["--node", node] if node else []), *(["--subset"] if subset else [])]
+    )
 
 
 def _on_box(args: argparse.Namespace) -> tuple[Box, Result, str]:
@@ -65,7 +73,7 @@ def _on_box(args: argparse.Namespace) -> tuple[Box, Result, str]:
     roster = roster_from_args(args)
     return (
         box,
-        manifest_on_box(box, roster, args.pull_id, args.node, args.workdir),
+        manifest_on_box(box, roster, args.pull_id, args.node, args.workdir, subset=args.subset),
         f"manifest {args.pull_id}",
     )
 

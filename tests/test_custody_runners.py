@@ -68,6 +68,20 @@ def test_manifest_refusals(project: Path, tmp_path: Path, capsys, roster_text, d
     assert not (project / "_trust" / "pulls" / "p2").exists()
 
 
+def test_a_subset_manifest_lists_one_run_of_a_box_that_sealed_others(project: Path, capsys) -> None:
+    """``watch --then close,manifest`` wrote the manifest of the run it watched: on a box that had sealed an
+    earlier run, it was refused ("unexpected ['other']") and the chain failed for every run after the first."""
+    shutil.copytree(project / "export" / DEMO_RUN_ID, project / "export" / "other")
+    args = ["manifest", "--root", str(project), "--runs", DEMO_RUN_ID, "--pull-id"]
+    assert main([*args, "p2"]) == 2
+    assert "unexpected ['other']; list the other sealed runs too, or pass --subset" in capsys.readouterr().err
+    assert main([*args, "p3", "--subset"]) == 0
+    listed = json.loads((project / "_trust" / "pulls" / "p3" / MANIFEST).read_text())
+    assert listed["roster"] == [DEMO_RUN_ID] and {
+        entry["path"].split("/")[0] for entry in listed["files"]
+    } == {DEMO_RUN_ID}
+
+
 def test_an_id_or_a_path_ending_in_a_line_break_is_unsafe(project: Path, tmp_path: Path) -> None:
     """``$`` matches before a final line break: "demo\\n" passed as a safe id, a manifest path and a roster
     id, and such names reach rsync's newline-separated ``--files-from`` and the messages unescaped."""
