@@ -13,13 +13,16 @@ from __future__ import annotations
 import functools
 import hashlib
 import os
+import re
 import sys
 from collections.abc import Callable
 from importlib import metadata
 from pathlib import Path
 from typing import Any
+from xml.etree import ElementTree
 
 from runaudit.atomic import write_bytes_atomic
+from runaudit.safeio import read_regular
 
 LIMIT = 512  # figures kept; a few hundred KiB each at most
 
@@ -56,22 +59,75 @@ def is_cached(draw: Callable[..., str], args: tuple[Any, ...]) -> bool:
 
 
 def _read(path: Path) -> str | None:
+    """The cached figure at ``path`` when it is one this code could have drawn, else None (drawn anew).
+
+    Read as run data is: a regular file, never through a link, without blocking (a FIFO under a key's
+    name hung the session), up to :data:`FIGURE_CAP`.
+    """
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
-    except OSError:
-        return None
-    try:
-        with os.fdopen(fd, "rb") as handle:
-            text = handle.read().decode("utf-8")
+        text = read_regular(path, FIGURE_CAP).decode("utf-8")
         os.utime(path)  # most recently used: kept longest
     except (OSError, UnicodeDecodeError):
         return None
-    return text if text.startswith("<svg ") else None
+    return text if drawn_by_matplotlib(text) else None
+
+
+FIGURE_CAP = 8 << 20  # bytes of one cached figure; a curve of every epoch of a long run is under 1 MiB
+# A cached figure goes into the page as markup, so whoever can write the cache folder could put a script,
+# a ``<meta http-equiv=refresh>`` or a style that hides the verdicts there (a full-page "Safe to tear
+# down? YES" overlay did). Only what matplotlib's SVG backend writes for runaudit's curves is taken:
+# these elements and attributes, its one style rule, links inside the figure only, and no markup that an
+# XML parser and the page's HTML parser read differently (comments, CDATA, declarations).
+FIGURE_ELEMENTS = frozenset({"svg", "g", "path", "use", "defs", "clipPath", "rect", "text", "style"})
+FIGURE_ATTRIBUTES = frozenset(
+    {
+        "aria-label", "clip-path", "d", "height", "id", "role", "style", "transform", "type", "version",
+        "viewBox", "width", "x", "y", "href",
+    }
+)  # fmt: skip
+MATPLOTLIB_STYLE = "*{stroke-linejoin: round; stroke-linecap: butt}"
+# What may point outside the figure, in an attribute or a text: a url() but to the figure's own ids, CSS's
+# at-rules, old script hooks.
+_FOREIGN_URL = re.compile(r"url\(\s*(?!#)|@|expression|javascript:", re.IGNORECASE)
+
+
+def drawn_by_matplotlib(text: str) -> bool:
+    """Whether ``text`` is an SVG of the shape runaudit's curves have, and nothing else (see above)."""
+    if not text.startswith("<svg ") or "<!" in text or "<?" in text or "]]>" in text:
+        return False
+    try:
+        root = ElementTree.fromstring(text)
+    except ElementTree.ParseError:
+        return False
+    for element in root.iter():
+        if _local(element.tag) not in FIGURE_ELEMENTS:
+            return False
+        if _local(element.tag) == "style" and (element.text or "").strip() != MATPLOTLIB_STYLE:
+            return False
+        for name, value in element.attrib.items():
+            if _local(name) not in FIGURE_ATTRIBUTES or _FOREIGN_URL.search(value):
+                return False
+            if _local(name) == "href" and not value.startswith("#"):
+                return False
+        if _FOREIGN_URL.search(element.text or "") or _FOREIGN_URL.search(element.tail or ""):
+            return False
+    return True
+
+
+def _local(name: str) -> str:
+    """An element or attribute name without its XML namespace (``{http://www.w3.org/2000/svg}g`` -> ``g``)."""
+    return name.rpartition("}")[2]
+
+
+# A cache file's name: the key (a SHA-256) and ``.svg``. Only these are evicted: a cache folder pointed at
+# one of the user's own (``RUNAUDIT_FIGURE_CACHE``) lost 90 of its 600 SVG files to the trimming.
+CACHE_FILE = re.compile(r"[0-9a-f]{64}\.svg")
 
 
 def _evict(folder: Path) -> None:
     try:
-        kept = sorted(folder.glob("*.svg"), key=lambda path: path.stat().st_mtime_ns, reverse=True)
+        cached = [path for path in folder.glob("*.svg") if CACHE_FILE.fullmatch(path.name)]
+        kept = sorted(cached, key=lambda path: path.stat().st_mtime_ns, reverse=True)
         for stale in kept[LIMIT:]:
             stale.unlink(missing_ok=True)
     except OSError:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -13,7 +14,7 @@ calls: list[tuple[str, ...]] = []
 
 def draw(*labels: str) -> str:
     calls.append(labels)
-    return f'<svg class="{"-".join(labels)}"></svg>'
+    return f'<svg id="{"-".join(labels)}"></svg>'
 
 
 @pytest.fixture
@@ -26,8 +27,8 @@ def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 def test_the_same_inputs_are_drawn_once_and_new_inputs_afresh(cache: Path) -> None:
     first = figure_cache.drawn(draw, "loss")
-    assert figure_cache.drawn(draw, "loss") == first == '<svg class="loss"></svg>'
-    assert figure_cache.drawn(draw, "loss", "lr") == '<svg class="loss-lr"></svg>'
+    assert figure_cache.drawn(draw, "loss") == first == '<svg id="loss"></svg>'
+    assert figure_cache.drawn(draw, "loss", "lr") == '<svg id="loss-lr"></svg>'
     assert calls == [("loss",), ("loss", "lr")]
     assert len(list(cache.glob("*.svg"))) == 2
 
@@ -36,13 +37,13 @@ def test_a_damaged_entry_is_redrawn_and_a_symlink_never_followed(cache: Path, tm
     path = cache / f"{figure_cache.key_of(draw, ('loss',))}.svg"
     cache.mkdir()
     path.write_text("<script>alert(1)</script>")
-    assert figure_cache.drawn(draw, "loss") == '<svg class="loss"></svg>'
+    assert figure_cache.drawn(draw, "loss") == '<svg id="loss"></svg>'
     outside = tmp_path / "outside.svg"
-    outside.write_text('<svg class="planted"></svg>')
+    outside.write_text('<svg id="planted"></svg>')
     path.unlink()
     path.symlink_to(outside)
-    assert figure_cache.drawn(draw, "loss") == '<svg class="loss"></svg>'
-    assert outside.read_text() == '<svg class="planted"></svg>' and not path.is_symlink()
+    assert figure_cache.drawn(draw, "loss") == '<svg id="loss"></svg>'
+    assert outside.read_text() == '<svg id="planted"></svg>' and not path.is_symlink()
     assert calls == [("loss",), ("loss",)]
 
 
@@ -67,8 +68,8 @@ def test_an_unwritable_cache_still_draws(tmp_path: Path, monkeypatch: pytest.Mon
     blocker.write_text("not a folder")
     monkeypatch.setenv("RUNAUDIT_FIGURE_CACHE", str(blocker / "figures"))
     calls.clear()
-    assert figure_cache.drawn(draw, "loss") == '<svg class="loss"></svg>'
-    assert figure_cache.drawn(draw, "loss") == '<svg class="loss"></svg>' and len(calls) == 2
+    assert figure_cache.drawn(draw, "loss") == '<svg id="loss"></svg>'
+    assert figure_cache.drawn(draw, "loss") == '<svg id="loss"></svg>' and len(calls) == 2
 
 
 def test_the_curves_are_predrawn_in_a_child_once(cache: Path, demo_project: Path) -> None:
@@ -85,3 +86,54 @@ def test_the_curves_are_predrawn_in_a_child_once(cache: Path, demo_project: Path
     assert figures.predraw_curves(run_path) is None  # nothing left to draw
     assert figures.history_figure({"verdicts": []}, run_path).svg.startswith("<svg ")
     assert len(list(cache.glob("*.svg"))) == 1  # the page found the child's figure: it drew no other
+
+
+@pytest.mark.parametrize(
+    "planted",
+    [
+        '<svg id="x"><script>parent.location="http://x"</script></svg>',
+        '<svg id="x"><meta http-equiv="refresh" content="0;url=http://x"/></svg>',
+        '<svg id="x"><style>body{visibility:hidden}</style></svg>',
+        '<svg id="x"><rect onload="alert(1)"/></svg>',
+        '<svg id="x" style="background:url(http://x/pixel)"></svg>',
+        '<svg id="x"><use href="http://x/#y"/></svg>',
+        '<svg id="x"><!-- --><text>x</text></svg>',
+        '<svg id="x"><foreignObject><div>Safe to tear down? YES</div></foreignObject></svg>',
+    ],
+    ids=[
+        "script",
+        "meta-refresh",
+        "page-style",
+        "handler",
+        "remote-url",
+        "remote-href",
+        "comment",
+        "overlay",
+    ],
+)
+def test_a_cached_figure_is_taken_only_as_matplotlib_draws_it(cache: Path, planted: str) -> None:
+    """A cached figure goes into the page as markup: a ``<meta http-equiv=refresh>`` or a full-page "Safe to
+    tear down? YES" overlay planted in the cache folder reached the report."""
+    cache.mkdir()
+    (cache / f"{figure_cache.key_of(draw, ('loss',))}.svg").write_text(planted)
+    assert figure_cache.drawn(draw, "loss") == '<svg id="loss"></svg>' and calls == [("loss",)]
+
+
+def test_a_fifo_under_a_key_s_name_is_redrawn_without_waiting(cache: Path) -> None:
+    """Opened blocking, a FIFO under a cache key's name hung the session before its page was written."""
+    cache.mkdir()
+    os.mkfifo(cache / f"{figure_cache.key_of(draw, ('loss',))}.svg")
+    assert figure_cache.drawn(draw, "loss") == '<svg id="loss"></svg>'
+
+
+def test_only_the_cache_s_own_files_are_ever_trimmed(cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Pointed at a folder of the user's own figures, the trimming deleted 90 of their 600 SVG files."""
+    monkeypatch.setattr(figure_cache, "LIMIT", 2)
+    cache.mkdir()
+    mine = [cache / f"plot-{index}.svg" for index in range(5)]
+    for path in mine:
+        path.write_text("<svg/>")
+    for label in ("a", "b", "c", "d"):
+        figure_cache.drawn(draw, label)
+    assert all(path.exists() for path in mine)
+    assert len([path for path in cache.glob("*.svg") if path not in mine]) == 2
