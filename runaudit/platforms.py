@@ -22,6 +22,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, cast
 
+from runaudit.safeio import read_regular
 from runaudit.schema import Problem, most_relevant, validator
 from runaudit.usage import Refusal
 
@@ -323,15 +324,22 @@ def merge_member(base: Mapping[str, Any], member: Mapping[str, Any]) -> dict[str
     return merged
 
 
+PROFILE_CAP = 1 << 20  # bytes of a profile: a platform's facts fill a few KiB
+
+
 def _read(path: Path) -> dict[str, Any]:
+    """The profile's TOML, read as run data is (a regular file, without blocking, up to a cap): a FIFO
+    named as the profile hung every session, and a table nested thousands deep ended one in INTERNALERROR."""
     try:
-        return tomllib.loads(path.read_text(encoding="utf-8"))
+        return tomllib.loads(read_regular(path, PROFILE_CAP).decode("utf-8"))
     except FileNotFoundError:
         raise ProfileError(f"{path}: no such profile file") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise ProfileError(f"{path}: cannot read the profile ({exc})") from None
     except tomllib.TOMLDecodeError as exc:
         raise ProfileError(f"{path}: not valid TOML ({exc})") from None
+    except RecursionError:
+        raise ProfileError(f"{path}: not a profile (its tables or arrays nest too deeply to read)") from None
 
 
 def check_document(path: Path, document: dict[str, Any]) -> None:

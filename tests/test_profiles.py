@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import os
 import tomllib
 from pathlib import Path
 
@@ -202,3 +203,15 @@ def test_a_profile_can_pin_its_own_known_hosts_file(tmp_path: Path) -> None:
     assert endpoint_from_args(args, None).known_hosts == Path("~/.ssh/known_hosts")
     explicit = parser.parse_args(["--host", "h", "--remote-root", "/p", "--known-hosts", "/pins/kh"])
     assert endpoint_from_args(explicit, profile).known_hosts == Path("/pins/kh")
+
+
+def test_a_profile_file_that_is_a_fifo_or_nested_past_reading_is_one_refusal(tmp_path: Path) -> None:
+    """``--runaudit-profile`` naming a FIFO hung the session; a profile of arrays nested 100,000 deep ended it
+    in INTERNALERROR (tomllib's RecursionError), with no report."""
+    fifo = tmp_path / "fifo.toml"
+    os.mkfifo(fifo)
+    deep = tmp_path / "deep.toml"
+    deep.write_text("platform = " + "[" * 100_000 + "]" * 100_000 + "\n")
+    for path, why in ((fifo, "cannot read the profile"), (deep, "nest too deeply to read")):
+        with pytest.raises(ProfileError, match=why):
+            load_profile(str(path))
