@@ -51,6 +51,15 @@ STATEMENT_CAP = 5000
 LATEX_CAP = 512 << 10
 # Markdown's link and emphasis delimiters cost markdown-it ~10 µs each: 16 MB of brackets took 100 s.
 MARKUP_CAP = 200_000
+# markdown-it builds a token per line break: 1 MiB of two-digit lines took 7.2 s of CPU and 443 MB (16 MiB took
+# 142 s and 6.9 GB), 1 MiB of prose 0.6 s and 50 MB. A paper's or README's Markdown is a few hundred KB at
+# most: past this it is refused, not read.
+MARKDOWN_CAP = 1 << 20
+# How deep markdown-it nests blocks (a list counts two, its list and its item; a quote one): past it, its block
+# parser drops every remaining line of the document unread (an 11-deep list hid the two wrong numbers after
+# it, and the gate passed the honest one before it). 20 is nine lists deep, more than a paper nests; a document
+# that reaches it is refused, not read in part.
+MARKDOWN_NESTING = 20
 MARKUP = "[]!*_`<|"
 FORMATS = {".md": "markdown", ".markdown": "markdown", ".tex": "latex", ".csv": "csv"}
 # The header of the CSV that ``runaudit table --format csv`` writes (runaudit.tables).
@@ -1093,8 +1102,11 @@ def _hiding_html(content: str) -> int | None:
     stylesheet that may hide elements (``<style>`` with display, visibility, colour...), or None.
 
     An element holds what stands up to its own closing tag, nested ones of its name counted (up to the end
-    of the text if it has none). Linear in ``content``: tags are paired in one pass, and the numbers outside
-    every tag counted once.
+    of the text if it has none). Linear in ``content``: tags are paired in one pass, the numbers outside
+    every tag counted once, and a stylesheet inside one already searched is not searched again: elements
+    nest, so it lies wholly inside the one that hid nothing (20,000 unclosed ``<style>``, each searched to
+    the end of the text, took 256 s). A match in a stretch of text is one in any stretch around it, as
+    :data:`_HIDING_CSS` looks neither ahead nor for the text's end.
     """
     tags = list(_ANY_TAG.finditer(content))
     shown = _TAG.sub(lambda found: " " * len(found.group(0)), content)
@@ -1111,13 +1123,16 @@ def _hiding_html(content: str) -> int | None:
                 closed_at[open_of[name].pop()] = found.start()
         elif name not in _VOID and not (found.group(3) or "").rstrip().endswith("/"):
             open_of.setdefault(name, []).append(found.start())
+    searched = 0  # where the stylesheets searched so far, which hide nothing, end
     for found in tags:
         name = found.group(2).lower()
         if found.group(1) or name in _VOID:
             continue
         end = closed_at.get(found.start(), len(content))
-        if name == "style" and _HIDING_CSS.search(content, found.end(), end):
-            return found.start()
+        if name == "style" and found.start() >= searched:
+            if _HIDING_CSS.search(content, found.end(), end):
+                return found.start()
+            searched = end
         if _hides(name, found.group(3) or "") and claims_before[end] > claims_before[found.end()]:
             return found.start()
     return None
@@ -1148,8 +1163,21 @@ def _code_blanked(text: str, tokens: Sequence[Any]) -> str:
 def markdown_statements(text: str, vocabulary: Vocabulary, document: str) -> Iterator[Statement]:
     from markdown_it import MarkdownIt
 
+    if len(text) > MARKDOWN_CAP:
+        raise DocumentError(
+            f"{document}: {len(text):,} characters of Markdown, past the {MARKDOWN_CAP:,} this gate reads in "
+            "bounded time and memory; split it (docs/claims.md)"
+        )
     source = text.splitlines()
-    tokens = MarkdownIt("commonmark").enable("table").parse(text)
+    tokens = MarkdownIt("commonmark", {"maxNesting": MARKDOWN_NESTING}).enable("table").parse(text)
+    # A token opening a block at the limit's depth: the parser may have dropped what follows it.
+    deepest = next((token for token in tokens if token.level + token.nesting >= MARKDOWN_NESTING), None)
+    if deepest is not None:
+        raise DocumentError(
+            f"{document}:{_first_line(deepest)}: lists and quotes nested {MARKDOWN_NESTING} blocks deep (a list "
+            f"counts two); the gate reads at most {MARKDOWN_NESTING - 1}, as its Markdown parser drops what lies "
+            "deeper and all after it (docs/claims.md)"
+        )
     if (opened := _hiding_html(_code_blanked(text, tokens))) is not None:
         element = text[opened : text.find(">", opened) + 1 or opened + 60]
         raise DocumentError(

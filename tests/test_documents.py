@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import re
 import time
 from decimal import Decimal
 from pathlib import Path
@@ -1406,3 +1407,79 @@ def test_latex_past_its_cap_is_refused_whole_before_the_quadratic_walker_reads_i
     assert statements(
         "The probe reaches an accuracy of 97.05\\%. " + "x" * (LATEX_CAP - 100), "latex", WORDS, "p.tex"
     )
+
+
+@pytest.mark.parametrize(
+    "nested",
+    [
+        "".join("  " * depth + "- notes\n" for depth in range(11)),  # an 11-deep list
+        "> " * 20 + "The probe reaches an accuracy of 91.00 % on noise.\n",
+        "- " * 15 + "The probe reaches an accuracy of 91.00 % on noise.\n",
+    ],
+    ids=["list", "quotes", "list-markers"],
+)
+def test_markdown_nested_as_deep_as_the_parser_reads_is_refused_not_read_in_part(nested: str) -> None:
+    """markdown-it drops every line past its nesting limit: an 11-deep list between an honest 98.05 % and two
+    wrong numbers hid them, and the gate passed the document on the one number it read."""
+    from runaudit.documents import MARKDOWN_NESTING
+
+    text = f"The probe reaches an accuracy of 98.05 % on clean.\n\n{nested}\nThe probe reaches an accuracy of 91.00 % on noise.\n"
+    with pytest.raises(DocumentError, match=rf"^p\.md:\d+: .*nested {MARKDOWN_NESTING} .*at most") as refused:
+        statements(text, "markdown", WORDS, "p.md")
+    assert "\n" not in str(refused.value)
+    # Nine lists deep, the deepest item's number is read, and so is what follows.
+    nine = (
+        "".join("  " * depth + "- notes\n" for depth in range(8)) + "  " * 8 + "- accuracy 97.05 % on clean\n"
+    )
+    found = statements(
+        f"{nine}\nThe probe reaches an accuracy of 91.00 % on noise.\n", "markdown", WORDS, "p.md"
+    )
+    assert [(item.line, item.printed.text) for item in found] == [(9, "97.05 %"), (11, "91.00 %")]
+
+
+def test_stylesheets_are_searched_once_each_not_each_to_the_end_of_the_document(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """20,000 unclosed ``<style>x`` (180 KB) took 256 s: each searched the rest of the document for CSS that
+    hides. The characters searched are counted: linear in the document, however the styles nest."""
+    from runaudit import documents
+
+    hiding_css = documents._HIDING_CSS
+    searched: list[int] = []
+
+    class Counted:
+        def search(self, text: str, pos: int = 0, endpos: int | None = None) -> re.Match[str] | None:
+            endpos = len(text) if endpos is None else endpos
+            searched.append(endpos - pos)
+            return hiding_css.search(text, pos, endpos)
+
+    monkeypatch.setattr(documents, "_HIDING_CSS", Counted())
+    claim = "The probe reaches an accuracy of 98.05 %.\n"
+    for styles in ("<style>x\n" * 1000, "<style>x\n" * 1000 + "</style>\n" * 1000):
+        searched.clear()
+        assert [item.printed.text for item in statements(styles + claim, "markdown", WORDS, "p.md")] == [
+            "98.05 %"
+        ]
+        assert sum(searched) <= 2 * len(styles + claim), styles[-20:]
+    # A stylesheet that hides, after a thousand that do not, is still found.
+    with pytest.raises(DocumentError, match=r"^p\.md:1: '<style>' may keep a number off the page"):
+        statements("<style>x\n" * 1000 + "<style>.a {display: none}\n" + claim, "markdown", WORDS, "p.md")
+
+
+def test_markdown_past_its_cap_is_refused_whole_before_the_parser_reads_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """16 MiB of two-digit lines (under the document cap) took 142 s and 6.9 GB: markdown-it builds a token
+    per line break."""
+    from runaudit import documents
+
+    claim = "The probe reaches an accuracy of 97.05 %.\n"
+    cap = len(claim) + 100
+    monkeypatch.setattr(documents, "MARKDOWN_CAP", cap)
+    assert [item.printed.text for item in statements(claim + "12\n" * 33, "markdown", WORDS, "p.md")] == [
+        "97.05 %"
+    ]
+    with pytest.raises(
+        DocumentError, match=rf"^p\.md: {cap + 2:,} characters of Markdown, past the {cap:,} "
+    ):
+        statements(claim + "12\n" * 34, "markdown", WORDS, "p.md")
