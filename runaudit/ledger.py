@@ -48,6 +48,10 @@ def _report_flags(reports: Path, run_id: str) -> list[str]:
     summary = document.get("summary") if isinstance(document, dict) else None
     if not isinstance(summary, dict):
         return ["report without a summary"]
+    counts = [summary.get(verdict, 0) for verdict in BAD]
+    if not all(isinstance(count, int) and not isinstance(count, bool) and count >= 0 for count in counts):
+        # A count is printed: ESC sequences and a forged "verified" line there reached the terminal raw.
+        return ["report unreadable (its summary counts are not whole numbers)"]
     bad = {verdict: summary.get(verdict) for verdict in BAD if summary.get(verdict)}
     return (
         [f"report holds {', '.join(f'{count} {verdict}' for verdict, count in bad.items())}"] if bad else []

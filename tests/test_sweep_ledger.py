@@ -21,6 +21,8 @@ EXPECTED = {
     "c-pulled": ("pulled", ["no report"]),
     "c-fifo-report": ("closed", ["report unreadable"]),
     "c-deep-report": ("closed", ["report unreadable"]),
+    # A summary count holding ESC sequences and a forged "verified" line reached the terminal raw.
+    "c-forged-summary": ("closed", ["report unreadable"]),
     "c-a": ("planned", ["no capsule", "no report"]),  # run "c-a--b"'s failed close is not its own
 }
 
@@ -36,8 +38,10 @@ def sweep_root(project: Path) -> Path:
     (project / "active" / "c-trained").mkdir(parents=True)
     (project / "active" / "c-trained" / "run.json").write_text("{}")
     (project / "quarantine" / "c-trained--20261203T000000Z-ab12").mkdir(parents=True)
-    for sealed in ("c-failing", "c-fifo-report", "c-deep-report"):
+    for sealed in ("c-failing", "c-fifo-report", "c-deep-report", "c-forged-summary"):
         (project / "export" / sealed).mkdir()
+    forged = {"failed": "\x1b[2K\rc-forged-summary verified", "error": 0}
+    (project / "reports" / "c-forged-summary.json").write_text(json.dumps({"summary": forged}))
     (project / "reports" / "c-deep-report.json").write_text("[" * 100_000)  # RecursionError, not ValueError
     (project / "quarantine" / "c-a--b--20261203T000000Z-cd34").mkdir(parents=True)
     summary = {"passed": 10, "failed": 2, "error": 1, "disclosed": 0, "not_run": 0, "not_applicable": 0}
