@@ -880,15 +880,29 @@ def _int_cell(text: str | None) -> int:
         return 0
 
 
+# Digits of an integer train.csv keeps: past a float's range no reader compares it with anything (and
+# Python refuses to print an int of more than 4,300 digits: a bare ValueError from the user's loop).
+INT_DIGITS = 20
+
+
 def _cell(name: str, value: Any) -> str:
+    """One ``train.csv`` cell; a value that is not one number is a :class:`WriterError` naming the column
+    (a tensor of several elements raised torch's own error from ``.item()``)."""
     if value is None:
         return ""
     value = as_numpy(value)
     if hasattr(value, "item"):
+        size = getattr(value, "size", 1)
+        if size != 1:
+            raise WriterError(f"train.csv {name}: one number per row, found an array of {size} elements")
         value = value.item()
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, int):
+        if abs(value) >= 10**INT_DIGITS:
+            raise WriterError(
+                f"train.csv {name}: an integer of at most {INT_DIGITS} digits, found a larger one"
+            )
         return str(value)
     if isinstance(value, float):
         return repr(value)

@@ -314,3 +314,12 @@ def test_a_run_id_that_names_the_hardware_capsules_folder_is_refused(tmp_path: P
     with pytest.raises(WriterError, match="run id 'hardware' is reserved"):
         _open(tmp_path, "hardware")
     assert not (tmp_path / "active" / "hardware").exists()
+
+
+def test_a_row_value_that_is_not_one_number_is_a_writer_error(writer: RunWriter) -> None:
+    """A tensor of several elements raised torch's own error from ``.item()``, and an integer of 5,000 digits
+    Python's own ValueError: the user's loop saw no word of which column or why."""
+    for value, why in ((torch.ones(3), "an array of 3 elements"), (10**5000, "at most 20 digits")):
+        with pytest.raises(WriterError, match=f"train.csv train_loss: .*{why}"):
+            writer.log(epoch=1, step=3, train_loss=value, val_accuracy=0.5)
+    writer.log(epoch=1, step=3, train_loss=torch.tensor(0.5), val_accuracy=0.5)  # one element: a number
