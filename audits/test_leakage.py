@@ -369,7 +369,9 @@ def test_val_split_exists(run: Run, capsule: CapsuleReader, audit: AuditRecorder
     try:
         manifest = load_manifest(run)
     except Unavailable:
-        manifest = None  # its absence is split_provenance's finding
+        manifest = None  # a finding stands on run.json alone; the manifest's state is split_provenance's
+    if manifest is None and not findings:  # the ids went unchecked: never a pass (an all-null manifest was)
+        audit.need(load_manifest, run)
     if manifest is not None:
         shared = overlap(manifest, "sample_id")
         overlaps = {pair: count for pair, count in shared.counts.items() if "val" in pair and count}

@@ -9,15 +9,22 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
+import json
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from science_support import bind_split, digit_png, digits, edit_json, verdict, write_list
 
 from runaudit import cli
 from runaudit.examples.digits.data import stratified_split
+from runaudit.hamming import HammingIndex
+from runaudit.near_duplicates import CALIBRATION_ITEMS, MAX_RADIUS, find_near_duplicates
+from runaudit.splits import SplitManifest
 
 LEAKAGE = ("-m", "science", "-k", "leakage")
 
@@ -228,9 +235,111 @@ def test_a_manifest_changed_after_the_run_is_not_audited_as_the_runs(
     outcome = run_audits(capsule_dir, project, *LEAKAGE)
     provenance = verdict(outcome, "leakage.split_provenance")
     assert provenance["verdict"] == "disclosed" and "changed after the run" in provenance["message"]
-    for audit in ("leakage.cross_split_bytes", "leakage.normcase_duplicates", "leakage.near_duplicates"):
+    for audit in (
+        "leakage.cross_split_bytes",
+        "leakage.normcase_duplicates",
+        "leakage.near_duplicates",
+        "leakage.val_split_exists",  # it passed on the all-null manifest: validation ids never checked
+    ):
         found = verdict(outcome, audit)
         assert found["verdict"] == "not_run" and "reported by leakage.split_provenance" in found["message"]
+
+
+def _nulled(table: pa.Table) -> pa.Table:
+    """Every cell null but the split: no row names its item."""
+    return pa.table(
+        {
+            name: table.column(name)
+            if name == "split"
+            else pa.nulls(table.num_rows, table.schema.field(name).type)
+            for name in table.column_names
+        }
+    )
+
+
+def _text_phash(table: pa.Table) -> pa.Table:
+    return table.set_column(
+        table.column_names.index("phash"), "phash", pa.array(["zz"] * table.num_rows, pa.string())
+    )
+
+
+@pytest.mark.parametrize(
+    ("hostile", "expected"),
+    [(_nulled, "has null cells (sample_id "), (_text_phash, "column phash holds string")],
+    ids=["null-required-cells", "text-phash"],
+)
+def test_a_manifest_outside_its_contract_leaves_the_leakage_audits_not_run(
+    run_audits: Callable[..., Any],
+    project: Path,
+    capsule_dir: Path,
+    hostile: Callable[[pa.Table], pa.Table],
+    expected: str,
+) -> None:
+    split_id = json.loads((capsule_dir / "run.json").read_text())["split"]["split_id"]
+    table = hostile(pq.read_table(project / "_trust" / "splits" / f"{split_id}.parquet"))
+    manifest = project / "_trust" / "splits" / "hostile.parquet"
+    pq.write_table(table, manifest)
+    splits = table.column("split").to_pylist()
+    counts = {name: splits.count(name) for name in ("train", "val", "test")}
+    bind_split(capsule_dir, "hostile", hashlib.sha256(manifest.read_bytes()).hexdigest(), counts, "official")
+
+    outcome = run_audits(capsule_dir, project, *LEAKAGE)
+    provenance = verdict(outcome, "leakage.split_provenance")
+    assert provenance["verdict"] == "disclosed" and expected in provenance["message"]
+    assert "_trust/splits/hostile.parquet" in provenance["message"] and "\n" not in provenance["message"]
+    for audit in (
+        "leakage.cross_split_bytes",
+        "leakage.normcase_duplicates",
+        "leakage.near_duplicates",
+        "leakage.val_split_exists",  # it passed on the all-null manifest: validation ids never checked
+    ):
+        found = verdict(outcome, audit)
+        assert found["verdict"] == "not_run" and "reported by leakage.split_provenance" in found["message"]
+
+
+@pytest.mark.parametrize("same_bytes", [False, True], ids=["other-bytes", "same-bytes"])
+def test_items_sharing_one_phash_are_searched_once_per_distinct_hash(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, same_bytes: bool
+) -> None:
+    """Every item with one pHash: each search used to pair every query with every item (quadratic)."""
+    rows = 2 * CALIBRATION_ITEMS
+    path = tmp_path / "one-phash.parquet"
+    pq.write_table(
+        pa.table(
+            {
+                "sample_id": [f"s{row}" for row in range(rows)],
+                "split": ["train", "val", "test", "train"] * (rows // 4),
+                "path": [f"all/{row}.png" for row in range(rows)],
+                "sha256": [
+                    hashlib.sha256(b"0" if same_bytes else str(row).encode()).hexdigest()
+                    for row in range(rows)
+                ],
+                "phash": pa.array([0x0123456789ABCDEF] * rows, pa.uint64()),
+            }
+        ),
+        path,
+    )
+    pairs: list[tuple[int, int]] = []  # (queries, pairs returned) per search
+    search = HammingIndex.search
+
+    def counted(self: HammingIndex, queries: np.ndarray, radius: int | None = None) -> tuple[np.ndarray, ...]:
+        found = search(self, queries, radius)
+        pairs.append((len(queries), len(found[0])))
+        return found
+
+    monkeypatch.setattr(HammingIndex, "search", counted)
+    found = find_near_duplicates(SplitManifest("one-phash", path.name, "", pq.read_table(path)))
+    assert all(returned <= queries for queries, returned in pairs)
+    if same_bytes:  # one file ingested many times: not a lookalike, and cross_split_bytes' finding
+        assert found.threshold == MAX_RADIUS and found.counts == {
+            "train|test": 0,
+            "train|val": 0,
+            "val|test": 0,
+        }
+    else:  # every item has a twin of other bytes at distance 0: decided before any search
+        assert found.threshold is None and found.calibration_rates == {
+            split: [1.0] for split in ("train", "val", "test")
+        }
 
 
 def test_the_demo_reads_the_same_digits_as_scikit_learns_loader() -> None:
