@@ -98,10 +98,11 @@ AREAS: Mapping[str, str] = {
 }
 # What an entry that is a folder (or a link to one) is listed as.
 FOLDER_KINDS = ("dir", "link-dir")
-# What runs on the box beyond its folders, found by the listing: a job ``runaudit launch`` started for this
-# project root that has not ended (its attempt in ``--state-dir``: the wrapper's pid alive, or still
-# starting), and a queue runner holding its queue's lock (``queues/.<name>.lock``). Tearing down kills
-# either mid-run, whatever a receipt says of the bytes it wrote before.
+# What the box holds beyond the remote root's folders, found by the listing: a job ``runaudit launch``
+# started that has not ended (its attempt in ``--state-dir``: the wrapper's pid alive, or still starting),
+# for this root or another; a queue runner holding its queue's lock (``queues/.<name>.lock``); another
+# project root those launches recorded that still holds runs. Tearing down kills a job mid-run, whatever a
+# receipt says of the bytes it wrote before, and takes the other root with the box.
 RUNNING: Mapping[str, str] = {
     "jobs": "a launched job, running",
     "jobs-elsewhere": "a launched job of another project root, running",
@@ -318,8 +319,13 @@ for run in sorted(os.listdir(folder)):
             continue
         if isinstance(root, str) and root.startswith("/"):
             roots.add(os.path.realpath(root))
+def holds(folder):
+    try:
+        return os.path.isdir(folder) and bool(os.listdir(folder))
+    except OSError:
+        return True  # what cannot be listed may hold runs
 for root in sorted(roots - {own}):
-    held = [area for area in ("active", "export", "runs", "quarantine") if os.path.isdir(os.path.join(root, area)) and os.listdir(os.path.join(root, area))]
+    held = [area for area in ("active", "export", "runs", "quarantine") if holds(os.path.join(root, area))]
     if held:
         print("root-elsewhere", key, os.fsencode(root).hex(), ",".join(held))
 print("roots", key, "done")
@@ -501,12 +507,9 @@ def parse_inventory(text: str, box: str, root: str) -> Inventory:
             contents.append(_Content())
         elif words[0] == "roots" and len(words) == 3 and words[2] == "done":
             continue  # the shell passes on only an answer that ends so
-        elif words[0] == "roots-unread" and len(words) == 2:
-            raise Refused(
-                f"{cannot} (the launch records under its state folder's {shown(_decoded(words[1], cannot))} "
-                f"could not be read, so whether another project root on it holds runs is not known); "
-                f"{NOTHING_STOPPED}"
-            )
+        elif words[0] == "roots-unread" and len(words) == 2:  # abandoned like a root it names
+            entries.append(Entry("roots-elsewhere", _decoded(words[1], cannot), "unread"))
+            contents.append(_Content())
         elif words[0] in CONTENT_SHAPES:
             _add_content(entries[-1] if entries else None, contents[-1] if contents else None, words, cannot)
         elif words[0] == "entry":
@@ -745,6 +748,11 @@ def _still_running(entry: Entry, key: str) -> str:
         return (
             f"queues/.{shown(entry.name)}.lock is not a plain file the box could probe, so whether a queue "
             f"runner is running is not known; look on the box, then {ABANDON_BY_NAME}"
+        )
+    if entry.area == "roots-elsewhere" and entry.kind == "unread":
+        return (
+            f"the launch records in {shown(entry.name)} under --state-dir could not be read, so whether another "
+            f"project root on this box holds runs is not known; look on the box, then {ABANDON_BY_NAME}"
         )
     state = JOB_STATE_WORDS.get(entry.kind, "")
     name = shown(key).removeprefix("job/") if entry.area == "jobs-elsewhere" else shown(entry.name)

@@ -738,3 +738,20 @@ def test_two_approvals_in_one_second_keep_both_records(project: Path) -> None:
     for thread in threads:
         thread.join()
     assert len(set(written)) == 8 and sorted(written) == records(project)
+
+
+def test_launch_records_that_cannot_be_read_block_until_their_key_is_abandoned(project: Path) -> None:
+    """Another project root is found through the launch records in the state folder; records that cannot be
+    read may name one, and a refusal with no way to abandon it would have kept the box up for good."""
+    listing = parse_inventory(
+        "root=present\narea export present\nroots-unread 6b31\ninventory=complete\n", "me@box:22", "/r"
+    )
+    (unread,) = listing.entries
+    assert (unread.area, unread.key, unread.run_id) == ("roots-elsewhere", "root/k1", None)
+    found = inventory(project, ("export", DEMO_RUN_ID))
+    both = replace(found, entries=(*found.entries, unread))
+    with pytest.raises(
+        Refused, match=r"root/k1 \(another project root on the box\): the launch records in k1"
+    ):
+        approve(project, both)
+    assert approve(project, both, abandon=("root/k1",)).abandoned == ["root/k1"]
