@@ -230,6 +230,9 @@ def test_ctrl_c_ends_a_verb_in_one_line_and_no_receipt(project: Path, tmp_path: 
         stderr=subprocess.PIPE,
         text=True,
         start_new_session=True,  # its own process group, as a terminal's foreground job is
+        # A shell's background job ignores SIGINT, and Python then never raises KeyboardInterrupt: the
+        # terminal's Ctrl-C is what this test gives, so the signal is restored to its default first.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     ) as verifying:
         assert verifying.stderr is not None
         first = verifying.stderr.readline()
