@@ -31,6 +31,9 @@ def write_atomic(path: Path, write: Callable[[BinaryIO], Any], *, exclusive: boo
     fd, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name[:200]}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as handle:
+            # mkstemp makes the file 0600 whatever the umask: a report served from a CI artifact folder or
+            # shared with a group could be read by its writer alone. The mode a plain open() would give it.
+            os.fchmod(handle.fileno(), 0o666 & ~umask())
             write(handle)
             handle.flush()
             os.fsync(handle.fileno())
@@ -44,6 +47,20 @@ def write_atomic(path: Path, write: Callable[[BinaryIO], Any], *, exclusive: boo
         raise
     fsync_dir(path.parent)
     return path
+
+
+def umask() -> int:
+    """The process's umask, read where the kernel shows it (Linux 4.7+) rather than set and set back, which
+    another thread could see in between."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    current = os.umask(0o022)
+    os.umask(current)
+    return current
 
 
 def write_bytes_atomic(path: Path, data: bytes, *, exclusive: bool = False) -> Path:

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import socket
+import stat
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -170,3 +172,20 @@ def test_the_reproduce_line_names_the_real_folder_and_only_shows(folder: str) ->
     word = line.removeprefix("cd ").partition(" && ")[0]
     echoed = subprocess.run(["bash", "-c", f"printf %s {word}"], capture_output=True, check=True).stdout
     assert echoed == folder.encode("utf-8", "surrogateescape")
+
+
+@pytest.mark.parametrize(("mask", "mode"), [(0o022, 0o644), (0o077, 0o600), (0o002, 0o664)])
+def test_a_written_report_takes_the_mode_the_umask_gives(tmp_path: Path, mask: int, mode: int) -> None:
+    """Reports (and every file written whole) were 0600 whatever the umask, as mkstemp makes them: a report
+    published from a CI artifact folder, or kept in a group's folder, could be read by its writer alone."""
+    from runaudit.atomic import write_json_atomic
+
+    old = os.umask(mask)
+    try:
+        written = [
+            write_json_atomic(tmp_path / "demo.json", {"run_id": "demo"}),
+            write_json_atomic(tmp_path / "record.json", {"run_id": "demo"}, exclusive=True),
+        ]
+    finally:
+        os.umask(old)
+    assert [stat.S_IMODE(path.stat().st_mode) for path in written] == [mode, mode]
