@@ -207,6 +207,23 @@ def test_group_overlap_and_temporal_order(
     )  # a random split puts most test items before train's end
 
 
+# The audits that read the split manifest. val_split_exists passed on an all-null manifest: validation ids
+# never checked.
+MANIFEST_READERS = (
+    "leakage.cross_split_bytes",
+    "leakage.normcase_duplicates",
+    "leakage.near_duplicates",
+    "leakage.val_split_exists",
+)
+
+
+def assert_the_manifest_readers_not_run(outcome: Any) -> None:
+    """Each audit that reads the split manifest is not_run, pointing at the audit that reports why."""
+    for audit in MANIFEST_READERS:
+        found = verdict(outcome, audit)
+        assert found["verdict"] == "not_run" and "reported by leakage.split_provenance" in found["message"]
+
+
 def test_selection_on_test_and_missing_validation_split(run_audits, project: Path, capsule_dir: Path) -> None:
     def change(run: dict) -> None:
         run["checkpoints"]["best"]["selection"]["split"] = "test"
@@ -235,14 +252,7 @@ def test_a_manifest_changed_after_the_run_is_not_audited_as_the_runs(
     outcome = run_audits(capsule_dir, project, *LEAKAGE)
     provenance = verdict(outcome, "leakage.split_provenance")
     assert provenance["verdict"] == "disclosed" and "changed after the run" in provenance["message"]
-    for audit in (
-        "leakage.cross_split_bytes",
-        "leakage.normcase_duplicates",
-        "leakage.near_duplicates",
-        "leakage.val_split_exists",  # it passed on the all-null manifest: validation ids never checked
-    ):
-        found = verdict(outcome, audit)
-        assert found["verdict"] == "not_run" and "reported by leakage.split_provenance" in found["message"]
+    assert_the_manifest_readers_not_run(outcome)
 
 
 def _nulled(table: pa.Table) -> pa.Table:
@@ -287,14 +297,7 @@ def test_a_manifest_outside_its_contract_leaves_the_leakage_audits_not_run(
     provenance = verdict(outcome, "leakage.split_provenance")
     assert provenance["verdict"] == "disclosed" and expected in provenance["message"]
     assert "_trust/splits/hostile.parquet" in provenance["message"] and "\n" not in provenance["message"]
-    for audit in (
-        "leakage.cross_split_bytes",
-        "leakage.normcase_duplicates",
-        "leakage.near_duplicates",
-        "leakage.val_split_exists",  # it passed on the all-null manifest: validation ids never checked
-    ):
-        found = verdict(outcome, audit)
-        assert found["verdict"] == "not_run" and "reported by leakage.split_provenance" in found["message"]
+    assert_the_manifest_readers_not_run(outcome)
 
 
 @pytest.mark.parametrize("same_bytes", [False, True], ids=["other-bytes", "same-bytes"])
