@@ -29,6 +29,9 @@ class Cell:
     state: str  # one of STATES
     quarantined: int  # failed closes kept in quarantine/
     flags: tuple[str, ...] = field(default=())
+    # Where the current receipt verified the capsule: "runs" (a copy pulled home) or "export" (in place where
+    # it was produced, as a cluster's scratch is verified): a "verified" cell is no copy home without "runs".
+    verified_in: str | None = None
 
     @property
     def complete(self) -> bool:
@@ -71,8 +74,11 @@ def cell(root: Path, run_id: str, reports: Path) -> Cell:
         state = "closed"
     if pulled:
         state = "pulled"
-    if (sealed or pulled) and run_receipt(root, run_id).current:
+    verified_in = None
+    if (sealed or pulled) and (receipt := run_receipt(root, run_id)).current:
         state = "verified"
+        holder = receipt.document.get("holder") if receipt.document is not None else None
+        verified_in = holder if isinstance(holder, str) else None
     quarantine = root / "quarantine"
     attempts = quarantine.glob(f"{run_id}--*") if quarantine.is_dir() else ()
     failed_closes = sum(1 for path in attempts if ATTEMPT.fullmatch(path.name.removeprefix(f"{run_id}--")))
@@ -80,7 +86,7 @@ def cell(root: Path, run_id: str, reports: Path) -> Cell:
     if failed_closes and not (sealed or pulled):
         flags.append(f"{failed_closes} close(s) quarantined")
     flags += _report_flags(reports, run_id)
-    return Cell(run_id, state, failed_closes, tuple(flags))
+    return Cell(run_id, state, failed_closes, tuple(flags), verified_in)
 
 
 def ledger(root: Path, roster: list[str], reports: Path | None = None) -> list[Cell]:

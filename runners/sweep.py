@@ -13,7 +13,7 @@ import json
 from dataclasses import asdict
 from pathlib import Path
 
-from runaudit.ledger import ledger
+from runaudit.ledger import Cell, ledger
 from runaudit.roster import read_roster
 from runaudit.usage import existing_dir
 
@@ -27,12 +27,19 @@ def _main(args: argparse.Namespace) -> int:
     else:
         width = max(len(cell.run_id) for cell in cells)
         for cell in cells:
-            print(f"{cell.run_id:<{width}}  {cell.state:<8}  {'; '.join(cell.flags) or 'ok'}")
+            print(f"{cell.run_id:<{width}}  {cell.state:<8}  {'; '.join(cell.flags) or 'ok'}{_where(cell)}")
         done = sum(cell.complete for cell in cells)
         print(
             f"sweep {args.roster.name}: {done} of {len(cells)} cell(s) verified with nothing flagged, under {root}"
         )
     return 0 if all(cell.complete for cell in cells) else 1
+
+
+def _where(cell: Cell) -> str:
+    """Why a cell verified in place is not yet safe to tear down under: ``runaudit down`` needs a copy home."""
+    if cell.verified_in != "export":
+        return ""
+    return f" (verified in place in export/{cell.run_id}: no copy home yet; runaudit down needs runs/{cell.run_id})"
 
 
 def add_verb(verbs: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

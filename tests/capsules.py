@@ -11,6 +11,7 @@ import csv
 import hashlib
 import io
 import json
+import os
 import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -21,6 +22,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 from PIL import Image
+
+from runaudit.manifest import RECEIPT
+from runaudit.receipts import snapshot
 
 HARDWARE_RUN_ID = "hw-cam-01"
 HARDWARE_TEST_ID = "bench"
@@ -49,6 +53,24 @@ def edit_json(path: Path, change: Callable[[Any], None]) -> None:
     document = read_json(path)
     change(document)
     write_json(path, document)
+
+
+def pulled_home(project: Path, run_id: str) -> Path:
+    """Make ``project`` what a user's root is after a pull: ``export/<run_id>`` moved to ``runs/<run_id>``,
+    its receipt re-homed there.
+
+    The demo seals and verifies its capsule where it was produced (``export/``), and ``down`` takes no such
+    receipt for a copy brought home. Moving the folder keeps every file's stat key, so the receipt,
+    re-homed, is what ``runaudit verify`` run here would write.
+    """
+    (project / "runs").mkdir(exist_ok=True)
+    os.rename(project / "export" / run_id, project / "runs" / run_id)
+    path = project / "_trust" / "pulls" / run_id / RECEIPT
+    receipt = read_json(path)
+    receipt["holder"] = "runs"
+    receipt["stat_keys"] = snapshot(project / "runs", list(receipt["stat_keys"]))  # the folder's new ctime
+    path.write_text(json.dumps(receipt, indent=2))
+    return project
 
 
 def png_bytes(pixels: np.ndarray) -> bytes:

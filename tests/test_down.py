@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from capsules import pulled_home
 
 from runaudit import receipts
 from runaudit.cli import main
@@ -181,20 +182,8 @@ def test_a_profile_whose_teardown_differs_per_member_needs_the_member(
 
 @pytest.fixture
 def project(project: Path) -> Path:
-    """The demo project as a user's own after a pull: the capsule in ``runs/``, verified there.
-
-    The demo seals and verifies its capsule where it was produced (``export/``), and ``down`` takes no such
-    receipt for a copy brought home. Moving the folder keeps every file's stat key, so the receipt,
-    re-homed, is what ``runaudit verify`` run here would write.
-    """
-    (project / "runs").mkdir()
-    os.rename(project / "export" / DEMO_RUN_ID, project / "runs" / DEMO_RUN_ID)
-    path = project / "_trust" / "pulls" / DEMO_RUN_ID / RECEIPT
-    receipt = json.loads(path.read_text())
-    receipt["holder"] = "runs"
-    receipt["stat_keys"] = snapshot(project / "runs", list(receipt["stat_keys"]))  # the folder's new ctime
-    path.write_text(json.dumps(receipt, indent=2))
-    return project
+    """The demo project as a user's own after a pull: the capsule in ``runs/``, verified there."""
+    return pulled_home(project, DEMO_RUN_ID)
 
 
 @pytest.fixture

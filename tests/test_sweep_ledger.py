@@ -7,6 +7,7 @@ import os
 from pathlib import Path
 
 import pytest
+from capsules import pulled_home
 
 from runaudit.cli import main
 from runaudit.examples.digits.build import DEMO_RUN_ID
@@ -73,8 +74,28 @@ def test_a_sweep_whose_every_cell_is_verified_passes(
     roster.write_text(f"# the one finished cell\n{DEMO_RUN_ID}\n")
     assert main(["sweep", "status", "--root", str(sweep_root), "--roster", str(roster)]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert lines[0].split() == [DEMO_RUN_ID, "verified", "ok"]
+    assert lines[0].split()[:3] == [DEMO_RUN_ID, "verified", "ok"]
     assert lines[-1].startswith("sweep roster.txt: 1 of 1 cell(s) verified")
+
+
+def test_a_cell_verified_where_it_was_produced_says_it_has_no_copy_home_yet(
+    sweep_root: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The demo verifies its capsule in place (``export/``), as a cluster's scratch is verified: the sweep is
+    complete there, but the line must not read as a copy brought home, which ``runaudit down`` refuses."""
+    roster = tmp_path / "roster.txt"
+    roster.write_text(f"{DEMO_RUN_ID}\n")
+    status = ["sweep", "status", "--root", str(sweep_root), "--roster", str(roster)]
+    assert main(status) == 0
+    (line, _) = capsys.readouterr().out.splitlines()
+    assert f"verified in place in export/{DEMO_RUN_ID}" in line and "runaudit down" in line
+    assert main([*status, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)[0]["verified_in"] == "export"
+
+    pulled_home(sweep_root, DEMO_RUN_ID)
+    assert main(status) == 0
+    (line, _) = capsys.readouterr().out.splitlines()
+    assert line.split() == [DEMO_RUN_ID, "verified", "ok"]
 
 
 def test_the_report_index_lists_every_planned_cell_without_a_report(
