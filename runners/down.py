@@ -301,24 +301,31 @@ print("hashed", label)
 # Run by the box's Python on another key's folder of the state folder (``<state-dir>/<key>``) and the remote
 # root: every project root its launches recorded (``launch.json``), other than the remote root itself (a
 # root spelled through a link is the same root), that still holds runs, as ``root-elsewhere <hex key> <hex
-# root> <areas>``; then ``roots <hex key> done``. A root recorded before launch wrote ``root`` is read from
-# ``workdir``, the root when no ``--workdir`` was given.
+# root> <areas>``; ``roots-unread <hex key>`` when an attempt's record is missing, cut short, past CAP or
+# names no absolute root (its root may hold the only copy of a run); then ``roots <hex key> done``. A root
+# recorded before launch wrote ``root`` is read from ``workdir``, the root when no ``--workdir`` was given.
 ROOTS = r"""
 import json, os, sys
+CAP = 64 << 20  # a launch record holds the job's command line: a sharded dataset's paths run past 1 MiB
 folder, own = sys.argv[1], os.path.realpath(sys.argv[2])
 key = os.fsencode(os.path.basename(folder)).hex()
-roots = set()
+roots, unread = set(), False
 for run in sorted(os.listdir(folder)):
     attempts = os.path.join(folder, run)
     for attempt in sorted(os.listdir(attempts)) if os.path.isdir(attempts) else ():
+        if not os.path.isdir(os.path.join(attempts, attempt)):
+            continue  # the run's "current" pointer
         try:
             with open(os.path.join(attempts, attempt, "launch.json"), "rb") as handle:
-                record = json.loads(handle.read(1 << 20))
+                raw = handle.read(CAP + 1)
+            record = json.loads(raw) if len(raw) <= CAP else None
             root = record.get("root") or record.get("workdir")
-        except (OSError, ValueError, AttributeError):
-            continue
+        except (OSError, ValueError, AttributeError, RecursionError):
+            root = None
         if isinstance(root, str) and root.startswith("/"):
             roots.add(os.path.realpath(root))
+        else:  # missing, cut short, too long: the root it names may hold the only copy of a run
+            unread = True
 def holds(folder):
     try:
         return os.path.isdir(folder) and bool(os.listdir(folder))
@@ -328,6 +335,8 @@ for root in sorted(roots - {own}):
     held = [area for area in ("active", "export", "runs", "quarantine") if holds(os.path.join(root, area))]
     if held:
         print("root-elsewhere", key, os.fsencode(root).hex(), ",".join(held))
+if unread:
+    print("roots-unread", key)
 print("roots", key, "done")
 """
 

@@ -391,6 +391,18 @@ def test_another_project_root_that_still_holds_runs_blocks(
         f"root/{key} (another project root on the box): runaudit launched runs on this box in another" in err
     )
     assert f"{other}, which still holds active/, export/" in err
+    # A record past 1 MiB (a command line of shard paths) or cut short (a full disk) was skipped unread,
+    # and down approved: it blocks as what it may name, abandoned by its key.
+    record = Path(ended.attempt_dir) / "launch.json"
+    written = json.loads(record.read_text())
+    for spoiled in (
+        json.dumps({**written, "command": [f"/data/shard-{index:07d}.tar" for index in range(60_000)]}),
+        record.read_text()[: len(record.read_text()) // 2],
+    ):
+        record.write_text(spoiled)
+        assert down(sshbox, pulled, box, state_dir=box_state) == 2
+        assert f"root/{key}" in refused(capsys)
+    record.write_text(json.dumps(written))
     assert down(sshbox, pulled, box, f"--abandon=root/{key}", state_dir=box_state) == 0
     capsys.readouterr()
     # Holding no runs, it no longer blocks (a root spelled through a link is the remote root itself: the
