@@ -6,8 +6,9 @@ the report's banner and ``runaudit down`` all said yes over bytes that were the 
 So are refused: a capsule on a filesystem that reaches another machine's folder over the network from a
 client (sshfs, rclone, GNOME's gvfs, WebDAV, FTP), which may be the box itself, and a capsule folder with
 anything mounted inside it, whose files are then not all on the disk that holds the folder. A verified
-copy in memory (tmpfs, ramfs, a RAM block device, or any of them under an overlay or a loop device),
-gone at the next reboot, gets no receipt either. Network storage that outlives any one box (NFS, Lustre,
+copy in memory (tmpfs, ramfs, devtmpfs under ``/dev``, hugetlbfs, a RAM block device, or any of them
+under an overlay, a loop device or its partition, or a device-mapper device such as LUKS or LVM), gone
+at the next reboot, gets no receipt either. Network storage that outlives any one box (NFS, Lustre,
 GPFS, CephFS) is where users keep their runs and stays allowed, unless this machine serves it to itself
 (an NFS mount from localhost: rclone's mount without FUSE); so does a system with no
 ``/proc/self/mountinfo`` (the check then has nothing to read).
@@ -22,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 MOUNTINFO = Path("/proc/self/mountinfo")
-BLOCK_DEVICES = Path("/sys/block")  # where the kernel tells a loop device's backing file
+BLOCK_DEVICES = Path("/sys/block")  # a loop device's backing file, a device-mapper device's slaves
 # Filesystems that show another machine's folder through a client on this one: any of them may be the box.
 # rclone mounts show as ``fuse.rclone`` whatever its remote (SFTP, or a cloud store it cannot tell apart).
 ANOTHER_MACHINE = frozenset(
@@ -37,11 +38,19 @@ ANOTHER_MACHINE = frozenset(
         "fuse.davfs2",
     }
 )
-# Filesystems held in memory: nothing on them survives a reboot.
-IN_MEMORY = frozenset({"tmpfs", "ramfs"})
-# Block devices held in memory: a disk filesystem on one (ext4 on zram) is gone at the next reboot too.
-MEMORY_DEVICE = re.compile(r"/dev/(zram|ram)[0-9]+")
-LOOP_DEVICE = re.compile(r"/dev/(loop[0-9]+)")
+# Filesystems held in memory: nothing on them survives a reboot. ``/dev`` is devtmpfs, and a project root
+# under it took a receipt while only tmpfs and ramfs were named.
+IN_MEMORY = frozenset({"tmpfs", "ramfs", "devtmpfs", "hugetlbfs"})
+# Block devices held in memory, by the kernel's name: a disk filesystem on one (ext4 on zram) is gone at
+# the next reboot too.
+MEMORY_DEVICE = re.compile(r"(zram|ram)[0-9]+")
+LOOP_DEVICE = re.compile(r"loop[0-9]+")
+# Where a device-mapper device (LUKS, LVM) is named in the mount table.
+DEVICE_MAPPER = "/dev/mapper/"
+# Every block device, partitions too: a partition's entry lies inside its disk's.
+CLASS_BLOCK = Path("/sys/class/block")
+# How many devices under one mount (partitions, device-mapper layers) are followed to the bottom.
+DEVICES = 64
 # Network filesystems that are allowed as storage of their own, unless served from this machine itself:
 # ``rclone nfsmount`` and ``rclone serve nfs`` (rclone's way without FUSE) show a folder of any remote,
 # the box's over SFTP among them, as ``nfs`` from localhost.
@@ -154,51 +163,133 @@ def in_memory(path: Path) -> str | None:
     a capsule sealed on a box's tmpfs is audited like any other, but a verified copy there is no copy to
     tear the box down on.
 
-    Memory hides behind layers: an overlay whose upper folder is on tmpfs (live-USB sessions, containers)
-    and a disk filesystem on a loop device whose backing file is on tmpfs, or on a RAM block device
-    (zram, brd), each took a receipt while only ``tmpfs`` itself was looked at. Each layer is followed to
-    the storage under it.
+    Memory hides behind layers: an overlay whose upper folder is on tmpfs (live-USB sessions, containers),
+    a disk filesystem on a loop device (or a partition of one) whose backing file is on tmpfs, on a RAM
+    block device (zram, brd), or on a device-mapper device (LUKS, LVM) over any of them, each took a
+    receipt while only ``tmpfs`` itself was looked at; so did ``/dev``, devtmpfs, which is memory too.
+    Each layer is followed to the storage under it; a layer that cannot be followed is taken as storage.
     """
     mounts = _mounts()
-    top = holding = _holding(path, mounts)
+    top = _holding(path, mounts)
+    if top is None:
+        return None
+    followed: set[Mount] = set()  # a layer seen again (a loop of layers) is not followed twice
+    layer = [top]
     for _ in range(LAYERS):
-        if top is None or holding is None:
-            return None
-        if holding.kind in IN_MEMORY or MEMORY_DEVICE.fullmatch(holding.source):
-            memory = f"a {holding.kind}" if holding.kind in IN_MEMORY else f"{holding.source}, a block device"
-            if holding is top:
-                return f"{path} lies on {top.point}, {memory} in memory: gone at the next reboot"
-            return (
-                f"{path} lies on {top.point}, {_a(top.kind)} mount of {top.source} whose storage lies on "
-                f"{holding.point}, {memory} in memory: gone at the next reboot"
-            )
-        storage = _storage_under(holding)
-        if storage is None:
-            return None
-        holding = _holding(Path(storage), mounts)
+        below: list[Mount] = []
+        for mount in layer:
+            if mount in followed:
+                continue
+            followed.add(mount)
+            if mount.kind in IN_MEMORY:
+                memory = f"a {mount.kind}" if mount is top else f"{mount.point}, a {mount.kind}"
+                return _gone(path, top, memory, direct=mount is top)
+            storage: list[str] = []  # the folders and files this layer keeps its bytes in
+            if upper := _upper_folder(mount):
+                storage.append(upper)
+            for name in _devices_under(mount.source):
+                if MEMORY_DEVICE.fullmatch(name):
+                    device = f"/dev/{name}"
+                    return _gone(path, top, f"{device}, a block device", direct=device == top.source)
+                if backing := _backing_file(name):
+                    storage.append(backing)
+            below.extend(holding for place in storage if (holding := _holding(Path(place), mounts)))
+        layer = below
     return None
 
 
-def _storage_under(mount: Mount) -> str | None:
-    """Where a layered mount keeps what is written to it: an overlay's upper folder, a loop device's
-    backing file; None for a mount with no such layer."""
-    if mount.kind == "overlay":
-        upper = next(
-            (
-                option[len("upperdir=") :]
-                for option in mount.options.split(",")
-                if option.startswith("upperdir=")
-            ),
-            None,
-        )
-        return upper or None
-    if loop := LOOP_DEVICE.fullmatch(mount.source):
+def _gone(path: Path, top: Mount, memory: str, *, direct: bool) -> str:
+    """Why ``path``, on the mount ``top``, is gone at the next reboot: ``memory`` holds it, directly or
+    under ``top``'s layers."""
+    if direct:
+        return f"{path} lies on {top.point}, {memory} in memory: gone at the next reboot"
+    return (
+        f"{path} lies on {top.point}, {_a(top.kind)} mount of {top.source} whose storage lies on "
+        f"{memory} in memory: gone at the next reboot"
+    )
+
+
+def _upper_folder(mount: Mount) -> str | None:
+    """Where an overlay keeps what is written to it (its ``upperdir=``); None for any other mount."""
+    if mount.kind != "overlay":
+        return None
+    return next(
+        (option[len("upperdir=") :] for option in mount.options.split(",") if option.startswith("upperdir=")),
+        None,
+    )
+
+
+def _devices_under(source: str) -> list[str]:
+    """The kernel names of the block device a mount's ``source`` names and of every device it is built
+    on: a partition's disk, a device-mapper device's underlying devices, down to the bottom; empty where
+    ``source`` is no block device (``tmpfs``, ``overlay``, a server's export).
+
+    Memory sat under a partition (``/dev/loop0p1``) and under LUKS or LVM (``/dev/mapper/secret`` over a
+    loop device whose backing file is on tmpfs), and a receipt was written where only the mount's own
+    device was looked at.
+    """
+    first = _device_name(source)
+    found: list[str] = []
+    waiting = [first] if first else []
+    while waiting and len(found) < DEVICES:
+        name = waiting.pop(0)
+        if name not in found:
+            found.append(name)
+            waiting.extend(_built_on(name))
+    return found
+
+
+def _device_name(source: str) -> str | None:
+    """The kernel's name (``sda1``, ``dm-0``) of the block device at ``source``, or None."""
+    if not source.startswith("/dev/"):
+        return None
+    device = os.path.realpath(source)  # /dev/VG/LV and /dev/mapper/NAME link to /dev/dm-N where /dev has them
+    if device.startswith(DEVICE_MAPPER):
+        return _mapped(device[len(DEVICE_MAPPER) :])
+    name = device.removeprefix("/dev/")
+    return name if device.startswith("/dev/") and _plain(name) else None
+
+
+def _mapped(mapped_name: str) -> str | None:
+    """The ``dm-N`` whose device-mapper name (``/sys/block/dm-N/dm/name``) is ``mapped_name``, or None."""
+    for device in sorted(BLOCK_DEVICES.glob("dm-*")):
         try:
-            backing = (BLOCK_DEVICES / loop.group(1) / "loop" / "backing_file").read_text().rstrip("\n")
+            if (device / "dm" / "name").read_text().rstrip("\n") == mapped_name:
+                return device.name
         except OSError:
-            return None
-        return backing or None
+            continue
     return None
+
+
+def _built_on(name: str) -> list[str]:
+    """The devices the block device ``name`` is built on: a partition's disk (``/sys/class/block/<part>/..``),
+    a device-mapper device's ``slaves``; none for a disk of its own."""
+    if (CLASS_BLOCK / name / "partition").is_file():
+        disk = Path(os.path.realpath(CLASS_BLOCK / name / "..")).name
+        return [disk] if _plain(disk) else []
+    try:
+        return sorted(
+            slave.name for slave in (BLOCK_DEVICES / name / "slaves").iterdir() if _plain(slave.name)
+        )
+    except OSError:
+        return []
+
+
+def _backing_file(name: str) -> str | None:
+    """The file a loop device keeps its blocks in (``/sys/block/loopN/loop/backing_file``); None for a
+    device that is no loop device, or one the kernel does not tell."""
+    if not LOOP_DEVICE.fullmatch(name):
+        return None
+    try:
+        backing = (BLOCK_DEVICES / name / "loop" / "backing_file").read_text().rstrip("\n")
+    except OSError:
+        return None
+    return backing or None
+
+
+def _plain(name: str) -> bool:
+    """Whether ``name`` is one entry's name, fit to join under ``/sys``: not empty, no ``/``, no ``..``."""
+    return bool(name) and "/" not in name and name not in {".", ".."}
 
 
 def _a(kind: str) -> str:

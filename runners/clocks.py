@@ -21,20 +21,22 @@ from runaudit.safeio import JSON_CAP, read_regular
 from runaudit.usage import existing_dir
 
 
-def countdown(record: dict[str, object], now: dt.datetime) -> list[str]:
+def countdown(record: dict[str, object], now: dt.datetime, record_file: str) -> list[str]:
     """One line per danger clock the record's profile had when ``down`` approved, counted from then.
 
     The record carries the plan it was approved under (meter stop and danger clocks): a profile named by
     its file (``--profile my.toml``) was looked up again from wherever ``clocks`` ran, and AutoDL's 15-day
     release clock was lost ("no such profile file"), or read from another ``my.toml``. A record written
-    before it carried the plan is read through its profile's name, as then.
+    before it carried the plan is read through its profile's name, as then. A record that cannot be read
+    is one line naming ``record_file``, and a delay too long to put a date on is one line for that clock:
+    either ended the verb in a traceback that hid every other record's clocks.
     """
-    target, approved = str(record.get("target")), str(record.get("approved_utc"))
+    target = str(record.get("target"))
     try:
         name, verb, reversible, clocks = _plan(record)
-        since = dt.datetime.fromisoformat(approved.replace("Z", "+00:00"))
+        since = _approved(record.get("approved_utc"))
     except (ProfileError, ValueError) as exc:
-        return [f"{target}: the record cannot be read ({exc})"]
+        return [f"{record_file}: cannot be read ({exc})"]
     if reversible is not True:
         return [f"{target}: {name}'s '{verb}' leaves no box for a clock to take"]
     lines = []
@@ -45,6 +47,9 @@ def countdown(record: dict[str, object], now: dt.datetime) -> list[str]:
         except ValueError:
             lines.append(said)
             continue
+        except OverflowError:
+            lines.append(f"{said}: due after the year 9999, too far off to count down")
+            continue
         left = due - now
         if left.total_seconds() <= 0:
             lines.append(
@@ -53,6 +58,27 @@ def countdown(record: dict[str, object], now: dt.datetime) -> list[str]:
         else:
             lines.append(f"{said}: due {utc_text(due)}, {left.days} day(s) {left.seconds // 3600} h left")
     return lines
+
+
+def _approved(value: object) -> dt.datetime:
+    """The moment ``down`` approved, in UTC, from a record's ``approved_utc``.
+
+    A time with no UTC offset names no moment (which zone's midnight?), and counting from one ended
+    ``clocks`` in a traceback: it cannot be read, like any text that is not a time.
+    """
+    expected = "expected a UTC time such as 2026-12-01T00:00:00Z"
+    try:
+        approved = dt.datetime.fromisoformat(str(value).replace("Z", "+00:00"))
+    except ValueError:
+        raise ValueError(f"approved_utc is {value!r}, not a time: {expected}") from None
+    if approved.utcoffset() is None:
+        raise ValueError(f"approved_utc is {value!r}, a time with no UTC offset: {expected}")
+    try:
+        return approved.astimezone(dt.UTC)
+    except OverflowError:  # 0001-01-01T00:00:00+01:00 is before the first day a date can name
+        raise ValueError(
+            f"approved_utc is {value!r}, which falls outside years 1 to 9999 in UTC: {expected}"
+        ) from None
 
 
 CLOCK_FIELDS = ("trigger", "effect", "delay")
@@ -99,7 +125,7 @@ def _main(args: argparse.Namespace) -> int:
         except (OSError, ValueError) as exc:
             print(f"{path.name}: cannot be read ({exc})")
             continue
-        for line in countdown(record if isinstance(record, dict) else {}, now):
+        for line in countdown(record if isinstance(record, dict) else {}, now, path.name):
             print(line)
     return 0
 

@@ -401,3 +401,118 @@ def test_a_verified_copy_on_another_machine_s_folder_or_in_memory_is_no_copy(
     # Storage that outlives the box (NFS, Lustre) is where users keep runs: still a copy.
     table.write_text(real + f"900 1 0:99 / {point} rw - nfs4 filer:/projects rw\n")
     assert receipt_status(project, [DEMO_RUN_ID]).ok
+
+
+def _fake_sysfs(sysfs: Path, ram: str) -> None:
+    """A ``/sys`` laid out as the kernel lays it out: each device's folder under ``devices/virtual/block``
+    (a partition's inside its disk's), linked from ``block`` (disks) and ``class/block`` (every device).
+
+    loop7 (partitioned, loop7p1) and loop8 keep their blocks in files on the tmpfs ``ram``; dm-0
+    (``/dev/mapper/secret``, LUKS) is over loop8, dm-1 (``swapcrypt``) over zram0, and dm-2 (``vg-home``,
+    LVM) over the disk partition sda1 alone.
+    """
+    devices = sysfs / "devices" / "virtual" / "block"
+    layout: dict[str, dict[str, str]] = {
+        "loop7": {"loop/backing_file": f"{ram}/runs.img\n", "loop7p1/partition": "1\n"},
+        "loop8": {"loop/backing_file": f"{ram}/luks.img\n"},
+        "zram0": {},
+        "sda": {"sda1/partition": "1\n"},
+        "dm-0": {"dm/name": "secret\n", "slaves/loop8": ""},
+        "dm-1": {"dm/name": "swapcrypt\n", "slaves/zram0": ""},
+        "dm-2": {"dm/name": "vg-home\n", "slaves/sda1": ""},
+    }
+    for disk, entries in layout.items():
+        for entry, text in entries.items():
+            file = devices / disk / entry
+            file.parent.mkdir(parents=True, exist_ok=True)
+            if entry.startswith("slaves/"):  # a slave is a link to the device it is built on
+                file.symlink_to(Path("..", "..", file.name))
+            else:
+                file.write_text(text)
+        for listing in (sysfs / "block", sysfs / "class" / "block"):
+            listing.mkdir(parents=True, exist_ok=True)
+            (listing / disk).symlink_to(devices / disk)
+    for disk, part in (("loop7", "loop7p1"), ("sda", "sda1")):
+        (sysfs / "class" / "block" / part).symlink_to(devices / disk / part)
+
+
+@pytest.mark.parametrize(
+    ("kind", "source", "why"),
+    [
+        ("devtmpfs", "udev", "lies on {point}, a devtmpfs in memory: gone at the next reboot"),
+        ("hugetlbfs", "hugetlbfs", "lies on {point}, a hugetlbfs in memory: gone at the next reboot"),
+        (
+            "ext4",
+            "/dev/loop7p1",
+            "an ext4 mount of /dev/loop7p1 whose storage lies on {ram}, a tmpfs in memory",
+        ),
+        (
+            "ext4",
+            "/dev/mapper/secret",
+            "mount of /dev/mapper/secret whose storage lies on {ram}, a tmpfs in memory",
+        ),
+        ("btrfs", "/dev/dm-0", "a btrfs mount of /dev/dm-0 whose storage lies on {ram}, a tmpfs in memory"),
+        (
+            "ext4",
+            "/dev/mapper/swapcrypt",
+            "/dev/mapper/swapcrypt whose storage lies on /dev/zram0, a block device",
+        ),
+    ],
+    ids=[
+        "devtmpfs",
+        "hugetlbfs",
+        "loop-partition",
+        "luks-over-tmpfs-loop",
+        "dm-by-kernel-name",
+        "luks-over-zram",
+    ],
+)
+def test_a_copy_in_memory_under_dev_a_partition_or_device_mapper_is_no_copy(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kind: str, source: str, why: str
+) -> None:
+    """A project root under ``/dev`` (devtmpfs, the kernel's RAM filesystem) got a receipt and ``down``
+    approved: a reboot lost the only copy. So would a partition of a loop device, or LUKS over one, whose
+    backing file is on tmpfs. (Mounting needs privileges the tests do not assume: they give the mount table
+    and the ``/sys`` the mounts would show.)"""
+    from runaudit import mounts
+
+    ram, folder = str(tmp_path.resolve() / "ram"), tmp_path / "project"
+    folder.mkdir()
+    point = str(folder.resolve()).replace(" ", "\\040")
+    _fake_sysfs(tmp_path / "sys", ram)
+    monkeypatch.setattr(mounts, "BLOCK_DEVICES", tmp_path / "sys" / "block")
+    monkeypatch.setattr(mounts, "CLASS_BLOCK", tmp_path / "sys" / "class" / "block")
+    table = tmp_path / "mountinfo"
+    table.write_text(
+        f"20 1 8:1 / / rw - ext4 /dev/sda1 rw\n"
+        f"901 20 0:98 / {ram} rw - tmpfs tmpfs rw\n"
+        f"902 20 0:97 / {point} rw - {kind} {source} rw\n"
+    )
+    monkeypatch.setattr(mounts, "MOUNTINFO", table)
+    assert why.format(point=point, ram=ram) in (mounts.in_memory(folder / "runs") or ""), why
+
+
+def test_storage_under_a_partition_or_device_mapper_on_a_disk_stays_a_copy(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Following partitions and device-mapper layers down refuses no disk: LVM over a disk partition, a
+    partition of a loop device whose backing file is on a disk, and a loop device whose backing file lies on
+    its own mount (a loop of layers, followed once) are each storage that survives a reboot."""
+    from runaudit import mounts
+
+    disk, folder = str(tmp_path.resolve() / "disk"), tmp_path / "project"
+    folder.mkdir()
+    point = str(folder.resolve()).replace(" ", "\\040")
+    _fake_sysfs(tmp_path / "sys", disk)
+    monkeypatch.setattr(mounts, "BLOCK_DEVICES", tmp_path / "sys" / "block")
+    monkeypatch.setattr(mounts, "CLASS_BLOCK", tmp_path / "sys" / "class" / "block")
+    table = tmp_path / "mountinfo"
+    monkeypatch.setattr(mounts, "MOUNTINFO", table)
+    root = "20 1 8:1 / / rw - ext4 /dev/sda1 rw\n"
+    for lines in (
+        f"902 20 0:97 / {point} rw - ext4 /dev/mapper/vg-home rw\n",
+        f"901 20 8:1 / {disk} rw - ext4 /dev/sda1 rw\n902 20 0:97 / {point} rw - ext4 /dev/loop7p1 rw\n",
+        f"901 20 7:8 / {disk} rw - ext4 /dev/loop8 rw\n902 20 0:97 / {point} rw - ext4 /dev/mapper/secret rw\n",
+    ):
+        table.write_text(root + lines)
+        assert mounts.in_memory(folder / "runs") is None, lines
