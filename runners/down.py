@@ -83,6 +83,8 @@ RECORD_VERSION = "runaudit.teardown/1"
 # The listing hashes every capsule on the box: tens of GiB at the disk's rate (a few hundred MB/s) take minutes.
 INVENTORY_TIMEOUT_S = 3600
 NOTHING_STOPPED = "nothing was stopped"
+# Where Linux tells the id it drew at boot: two machines never share one, a box and a client in one kernel do.
+BOOT_ID = "/proc/sys/kernel/random/boot_id"
 # ``--abandon=NAME`` with the equals sign: a name from the box may start with "-", which argparse would
 # otherwise take for an option.
 ABANDON_BY_NAME = "abandon it by this exact name (--abandon=NAME)"
@@ -180,6 +182,7 @@ QUARANTINED = re.compile(r"(?P<run>.+)--\d{8}T\d{6}Z-[0-9a-f]{6}", re.DOTALL)  #
 # the login folder shadows the standard library), and its answer counts only when it says it finished: a
 # ``--python`` that exits 0 having printed nothing (a broken shim) hashed nothing.
 INVENTORY = r"""
+echo "machine $(printf '%s' "${RUNAUDIT_BOX_BOOT_ID:-$(head -c 64 /proc/sys/kernel/random/boot_id 2>/dev/null)}" | od -An -v -tx1 | tr -d ' \n')"
 if [ ! -d "$R" ]; then echo "root=missing"; echo "inventory=complete"; exit 0; fi
 echo "root=present"
 if ! command -v "$PY" >/dev/null 2>&1; then echo "hasher=missing"; echo "inventory=complete"; exit 0; fi
@@ -455,6 +458,9 @@ class Inventory:
     entries: tuple[Entry, ...] = ()
     areas: tuple[str, ...] = ()  # the areas that exist under the root
     host: str = ""  # the box's host as named: a verified copy on its own NFS export goes with it
+    # The box's kernel boot id, as it says (empty where it has none to say): one equal to this machine's
+    # means the copy pulled "home" lies on the box itself.
+    boot_id: str = ""
 
     def by_run(self) -> dict[str, list[Entry]]:
         found: dict[str, list[Entry]] = {}
@@ -500,8 +506,12 @@ def parse_inventory(text: str, box: str, root: str) -> Inventory:
     entries: list[Entry] = []
     contents: list[_Content] = []  # what the box hashed or probed under each entry, collected in lists
     areas: list[str] = []
+    boot_id = ""
     for line in lines:
         words = line.split(" ")
+        if words[0] == "machine" and len(words) == 2:
+            boot_id = _decoded(words[1], cannot).strip()
+            continue
         if words[0] == "area" and len(words) == 3 and words[2] == "unreadable":
             raise Refused(f"{cannot} ({root}/{words[1]} cannot be listed); {NOTHING_STOPPED}")
         if words[0] == "area" and len(words) == 3 and words[2] == "present" and words[1] in AREAS:
@@ -529,7 +539,7 @@ def parse_inventory(text: str, box: str, root: str) -> Inventory:
                 entries.append(Entry(words[1], name, words[2]))
                 contents.append(_Content())
     entries = [content.given_to(entry) for entry, content in zip(entries, contents, strict=True)]
-    return Inventory(box, root, tuple(mark_resumed(entries)), tuple(areas))
+    return Inventory(box, root, tuple(mark_resumed(entries)), tuple(areas), boot_id=boot_id)
 
 
 def _running(words: list[str], cannot: str) -> Entry:
@@ -684,6 +694,12 @@ def coverage(root: Path, named: Sequence[str], inventory: Inventory, abandon: It
             f"down refused: --abandon {', '.join(map(shown, stray))} names nothing on {inventory.box} under "
             f"{inventory.root}; check --remote-root and the exact name; {NOTHING_STOPPED}"
         )
+    if inventory.boot_id and inventory.boot_id == this_boot_id():
+        raise Refused(
+            f"down refused: the box {inventory.box} is this machine (its kernel's boot id is this one's, "
+            f"{inventory.boot_id}): every copy pulled and verified here lies on the box and goes with it; "
+            f"pull the runs to another machine, verify them there and run down from it; {NOTHING_STOPPED}"
+        )
     wanted = [key for key in dict.fromkeys([*named, *found]) if key not in abandoned]
     checked = [key for key in wanted if is_safe_id(key)]
     status = receipt_status(root, checked, check_bytes=True) if checked else None
@@ -730,6 +746,14 @@ def coverage(root: Path, named: Sequence[str], inventory: Inventory, abandon: It
         )
     receipts = status.runs if status is not None else {}
     return Approval(inventory, list(named), dict(receipts), abandoned)
+
+
+def this_boot_id() -> str:
+    """This machine's kernel boot id, or "" where it has none (not Linux)."""
+    try:
+        return Path(BOOT_ID).read_text(encoding="ascii", errors="replace")[:64].strip()
+    except OSError:
+        return ""
 
 
 def _not_home(root: Path, receipt: RunReceipt, host: str) -> str | None:
@@ -987,6 +1011,30 @@ def _target(text: str) -> str:
     return text
 
 
+def unchanged_since(first: Inventory, second: Inventory) -> None:
+    """Refuse unless the box, listed again once the receipts were checked, holds what it held before.
+
+    The receipts are checked between the listing and the approval, and a local copy whose stat keys
+    changed (a restore, a copy) is hashed again: minutes for tens of GiB. A job launched on the box in that
+    time, a run sealed or a lock taken, went unseen, and the teardown killed it.
+    """
+    if first.areas == second.areas and first.entries == second.entries:
+        return
+    before, after = set(first.entries), set(second.entries)
+    changes = [f"now {entry.where}: {shown(entry.key)}" for entry in second.entries if entry not in before]
+    changes += [
+        f"gone from {entry.where}: {shown(entry.key)}" for entry in first.entries if entry not in after
+    ]
+    changes += [f"area {area}/ now listed" for area in second.areas if area not in first.areas]
+    changes += [f"area {area}/ no longer listed" for area in first.areas if area not in second.areas]
+    raise Refused(
+        f"down refused: the box {second.box} changed under {second.root} while the receipts were checked "
+        f"({'; '.join(changes[:5]) or 'its listing is in another order'}"
+        f"{f'; {len(changes)} changes in all' if len(changes) > 5 else ''}): run runaudit down again once it "
+        f"is quiet; {NOTHING_STOPPED}"
+    )
+
+
 def _main(args: argparse.Namespace) -> int:
     roster = _roster(args)
     box = box_from_args(args)
@@ -1008,6 +1056,7 @@ def _main(args: argparse.Namespace) -> int:
         facts_reverified=args.facts_reverified,
         say=say,
     )
+    unchanged_since(inventory, take_inventory(box))
     record = write_record(args.root, approval, box.profile, args.target)
     print(f"down {args.target}: approved; teardown record {record}")
     return teardown(box.profile, args.target, say=say)

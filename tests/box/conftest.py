@@ -14,10 +14,14 @@ from pathlib import Path
 import pytest
 from sshbox import SshBox, start_sshbox
 
+# The rig's "box" shares this machine's kernel, which ``down`` refuses (a copy pulled home would lie on the
+# box): its sessions name a boot id of their own, as a box's login environment may (docs/runners.md).
+ANOTHER_MACHINE = {"RUNAUDIT_BOX_BOOT_ID": "0f0f0f0f-runaudit-test-rig-box"}
+
 
 @pytest.fixture(scope="session")
 def sshbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SshBox]:
-    box = start_sshbox(tmp_path_factory.mktemp("sshbox"))
+    box = start_sshbox(tmp_path_factory.mktemp("sshbox"), environment=ANOTHER_MACHINE)
     try:
         yield box
     finally:

@@ -15,9 +15,10 @@ import socket
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
-from sshbox import SshBox
+from sshbox import SshBox, start_sshbox
 from test_box_follow import ALIVE
 from test_box_identity import impostor_known_hosts
 from test_box_pull import build_manifest_on_box
@@ -26,7 +27,9 @@ from runaudit.cli import main
 from runaudit.examples.digits.build import DEMO_RUN_ID
 from runaudit.manifest import RECEIPT
 from runaudit.receipts import receipt_status
+from runaudit.runners import down as down_module
 from runaudit.runners.close import SEALED_ENTRIES
+from runaudit.runners.down import this_boot_id
 from runaudit.runners.launch import launch
 from runaudit.workspace import LOCK_FILE, try_lock
 
@@ -366,6 +369,59 @@ def test_a_launched_job_or_a_queue_runner_still_running_blocks(
     os.mkfifo(box / "queues" / ".q2.lock")
     assert down(sshbox, pulled, box, state_dir=box_state) == 2
     assert "queues/.q2.lock is not a plain file the box could probe" in refused(capsys)
+
+
+def test_a_box_that_is_this_machine_takes_the_copy_home_with_it(
+    sshbox: SshBox, pulled: Pulled, box: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A user in a terminal on the box (VS Code Remote, Jupyter) pulled into a folder of the box's own disk
+    and verified it there: down approved, and the teardown took the only copy. A box that is not told to
+    name another boot id says its kernel's, which is this machine's."""
+    (tmp_path / "sshd").mkdir()
+    itself = start_sshbox(tmp_path / "sshd")
+    try:
+        assert down(itself, pulled, box) == 2
+    finally:
+        itself.stop()
+    err = refused(capsys)
+    assert f"is this machine (its kernel's boot id is this one's, {this_boot_id()})" in err, err
+    assert this_boot_id()
+    assert down(sshbox, pulled, box) == 0  # the rig's box, naming a boot id of its own
+
+
+def test_a_job_launched_while_the_receipts_are_checked_blocks(
+    sshbox: SshBox,
+    pulled: Pulled,
+    box: Path,
+    box_state: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """down listed the box once, then checked the receipts here (a copy whose stat keys changed is hashed
+    again: minutes for tens of GiB), and approved a teardown that killed a job launched meanwhile."""
+    stop = box / "stop-the-job"
+    script = f"{ALIVE}while [ ! -e {shlex.quote(str(stop))} ]; do sleep 0.1; done"
+    launched = []
+
+    def check_while_a_job_starts(*args: Any, **kwargs: Any) -> Any:
+        if not launched:
+            launched.append(
+                launch(sshbox.box(box, box_state), "r2", ["bash", "-c", script], alive_timeout_s=30)
+            )
+        return receipt_status(*args, **kwargs)
+
+    monkeypatch.setattr(down_module, "receipt_status", check_while_a_job_starts)
+    try:
+        assert down(sshbox, pulled, box, state_dir=box_state) == 2
+        out, err = capsys.readouterr()
+        err = err.splitlines()[-1]  # after the plan's lines: the refusal comes once the receipts are checked
+        assert "teardown record" not in out and err.startswith("runaudit down: error: down refused")
+        assert launched and launched[0].state == "running"
+        assert f"changed under {box} while the receipts were checked" in err, err
+        assert "now a launched job" in err
+    finally:
+        stop.touch()
+    _wait_for(Path(launched[0].attempt_dir) / "exit_code")
 
 
 def test_another_project_root_that_still_holds_runs_blocks(
