@@ -6,8 +6,10 @@ sibling, which the capsule and manifest audits flag as residue.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
+import shutil
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -38,8 +40,7 @@ def write_atomic(path: Path, write: Callable[[BinaryIO], Any], *, exclusive: boo
             handle.flush()
             os.fsync(handle.fileno())
         if exclusive:
-            os.link(temp, path)
-            os.unlink(temp)
+            _claim(temp, path)
         else:
             os.replace(temp, path)
     except BaseException:
@@ -47,6 +48,29 @@ def write_atomic(path: Path, write: Callable[[BinaryIO], Any], *, exclusive: boo
         raise
     fsync_dir(path.parent)
     return path
+
+
+# How a filesystem with no hard links (vfat, exFAT, s3fs, gcsfuse) refuses one.
+NO_HARD_LINKS = frozenset({errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.ENOSYS})
+
+
+def _claim(temp: str, path: Path) -> None:
+    """Give ``temp``'s bytes the name ``path`` only where nothing holds it yet, else FileExistsError.
+
+    A hard link claims the name and the whole content at once. A filesystem with no hard links refuses
+    one, and every exclusive write there failed (``down`` then refused with no way out): the name is then
+    claimed with ``O_EXCL``, just as atomically, and the bytes copied in, which a reader may see arrive.
+    """
+    try:
+        os.link(temp, path)
+    except OSError as exc:
+        if exc.errno not in NO_HARD_LINKS:
+            raise
+        with open(temp, "rb") as source, open(path, "xb") as target:
+            shutil.copyfileobj(source, target)
+            target.flush()
+            os.fsync(target.fileno())
+    os.unlink(temp)
 
 
 def umask() -> int:

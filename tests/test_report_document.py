@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import errno
 import json
 import os
 import socket
@@ -189,3 +190,22 @@ def test_a_written_report_takes_the_mode_the_umask_gives(tmp_path: Path, mask: i
     finally:
         os.umask(old)
     assert [stat.S_IMODE(path.stat().st_mode) for path in written] == [mode, mode]
+
+
+def test_an_exclusive_write_on_a_filesystem_without_hard_links_still_claims_the_name_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The teardown record takes its name by a hard link; vfat, exFAT and s3fs refuse every link (EPERM),
+    and each exclusive write failed, so ``down`` refused with no way out."""
+    from runaudit import atomic
+
+    def no_hard_links(source: Any, target: Any) -> None:
+        raise OSError(errno.EPERM, "Operation not permitted")
+
+    monkeypatch.setattr(atomic.os, "link", no_hard_links)
+    record = tmp_path / "record.json"
+    atomic.write_json_atomic(record, {"run_id": "demo"}, exclusive=True)
+    with pytest.raises(FileExistsError):
+        atomic.write_json_atomic(record, {"run_id": "other"}, exclusive=True)
+    assert json.loads(record.read_text()) == {"run_id": "demo"}
+    assert [path.name for path in tmp_path.iterdir()] == ["record.json"]  # no temp file left behind
