@@ -444,6 +444,40 @@ def test_manifest_totals_that_disagree_with_the_entries_fail_present(
     assert present["verdict"] == "failed" and "totals.bytes says 1" in present["message"]
 
 
+@pytest.mark.parametrize("totals", ["kept", "refused"])
+def test_a_manifest_padded_with_files_nobody_holds_makes_no_case_of_each(
+    run_audits, capsule_dir: Path, project: Path, manifest_path: Path, totals: str
+) -> None:
+    """Each listed file was two cases whether the capsule held it or the manifest was refused: 50,000
+    padded entries took 78 s and 1.7 GB, 300,000 ran out of memory and wrote no report. What nobody holds
+    is named by ``manifest.roster``; a refused manifest by ``manifest.present``."""
+    padding = 20_000
+    held = sum(1 for path in capsule_dir.rglob("*") if path.is_file())
+
+    def pad(document: dict) -> None:
+        document["files"] += [
+            {"path": f"{DEMO_RUN_ID}/nothere/{index}.png", "bytes": 1, "sha256": "0" * 64}
+            for index in range(padding)
+        ]
+        if totals == "kept":  # the entries add up: a usable manifest listing files the copy lacks
+            document["totals"]["files"] += padding
+            document["totals"]["bytes"] += padding
+
+    _edit_json(manifest_path, pad)
+    outcome = run_audits(capsule_dir, project, "-k", "manifest")
+    per_file = [
+        item for item in outcome.report["verdicts"] if item["audit"] in ("manifest.size", "manifest.sha256")
+    ]
+    if totals == "kept":
+        [roster] = outcome.find("manifest.roster")
+        assert roster["verdict"] == "failed" and f"{padding} missing" in roster["message"]
+        assert len(per_file) == 2 * held and {item["verdict"] for item in per_file} == {"passed"}
+    else:
+        [present] = outcome.find("manifest.present")
+        assert present["verdict"] == "failed" and "totals.files" in present["message"]
+        assert [item["verdict"] for item in per_file] == ["not_run", "not_run"], per_file
+
+
 # -- the per-file cases' protocol (fixtures/protocol.py) ------------------------------------------------
 
 
@@ -501,7 +535,9 @@ def test_per_file_cases_skip_the_per_phase_capture_and_reach_the_same_verdicts(
     found = {(i["audit"], i["subject"]): i["verdict"] for i in lean.report["verdicts"]}
     assert found[("manifest.sha256", "train.csv")] == "failed"
     assert found[("manifest.size", f"test/main/vis/clean/input/{first.name}")] == "failed"
-    assert found[("manifest.size", f"test/main/vis/clean/input/{second.name}")] == "not_run"
+    # A listed file the copy does not hold is named by manifest.roster, with no per-file case of its own.
+    assert ("manifest.size", f"test/main/vis/clean/input/{second.name}") not in found
+    assert found[("manifest.roster", "")] == "failed"
 
 
 @pytest.mark.parametrize(
