@@ -25,8 +25,10 @@ from runaudit.splits import (
     bound_sha256,
     joined,
     load_manifest,
+    names_split,
     overlap,
     pair_name,
+    same_split,
     within_split_repeats,
 )
 
@@ -296,8 +298,9 @@ def test_temporal_order(run: Run, audit: AuditRecorder) -> None:
 
 
 def test_selection_on_test(run: Run, capsule: CapsuleReader, audit: AuditRecorder) -> None:
-    """LEK-10, SCH-20: a checkpoint whose declared selection ran on a test split, or ``test_*`` columns
-    logged in ``train.csv`` during training, are disclosed.
+    """LEK-10, SCH-20: a checkpoint whose declared selection ran on a test split (or on a split run.json
+    declares nowhere), or ``train.csv`` columns naming a test split among their words (``test_acc``,
+    ``Test/Accuracy``, ``eval_test_loss``) logged during training, are disclosed.
 
     A test score used to choose, not only to measure, is optimistic.
     """
@@ -307,24 +310,33 @@ def test_selection_on_test(run: Run, capsule: CapsuleReader, audit: AuditRecorde
     if not isinstance(checkpoints, Mapping):
         audit.not_run("run.json declares no checkpoints (reported by capsule.run_json_schema)")
     test_splits = {test.split for test in run.tests if test.split} | {"test"}
+    split = run.get("split")
+    counts = split.get("counts") if isinstance(split, Mapping) else None
+    known = {*test_splits, "train", "val", *(counts if isinstance(counts, Mapping) else ())}
     findings, affected = [], {SELECTION}
     for role in ("best", "last"):
         checkpoint = checkpoints.get(role)
         selection = checkpoint.get("selection") if isinstance(checkpoint, Mapping) else None
         if not isinstance(selection, Mapping):
             continue
-        chosen = selection.get("split")
-        if chosen in test_splits:
-            named = checkpoint_file(role, run.path).name
+        chosen = str(selection.get("split"))
+        named = checkpoint_file(role, run.path).name
+        if tested := [name for name in test_splits if same_split(name, chosen)]:
             findings.append(f"{named} was selected by {selection.get('metric')} on the {chosen} split")
-            affected.update(metric_claims(run, [test for test in run.tests if test.split == chosen]))
+            affected.update(metric_claims(run, [test for test in run.tests if test.split in tested]))
+        elif not any(same_split(name, chosen) for name in known):
+            findings.append(
+                f"{named} was selected on a split {chosen!r} that run.json declares nowhere (a test split "
+                "under another name reads the same)"
+            )
+            affected.update(metric_claims(run))
     try:
         header, rows = capsule.csv_rows("train.csv")
     except Unavailable as exc:
         if not findings:  # the checkpoints read no test split; whether training did is unknown
             audit.not_run(f"{exc} (reported by {exc.owner})")
         header, rows = [], []
-    test_columns = [name for name in header if name.startswith("test_")]
+    test_columns = [name for name in header if any(names_split(name, split) for split in test_splits)]
     if test_columns:
         findings.append(
             f"train.csv logs {', '.join(test_columns)} during training ({len(rows)} evaluations of the test split)"
@@ -332,7 +344,7 @@ def test_selection_on_test(run: Run, capsule: CapsuleReader, audit: AuditRecorde
         affected.update(metric_claims(run))
     audit.evidence(test_splits=sorted(test_splits), test_columns=test_columns)
     if not findings:
-        audit.note("checkpoint selection read no test split; train.csv logs no test_ columns")
+        audit.note("checkpoint selection read no test split; train.csv logs no column naming a test split")
         return
     audit.disclose(
         f"run {run.run_id}: selection read the test split: {'; '.join(findings)} (the test score is then "

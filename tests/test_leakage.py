@@ -245,6 +245,43 @@ def test_selection_on_test_and_missing_validation_split(run_audits, project: Pat
     )
 
 
+@pytest.mark.parametrize(
+    ("column", "split"),
+    [
+        ("test/accuracy", "val"),
+        ("Test_Accuracy", "val"),
+        ("eval_test_accuracy", "val"),
+        ("val_accuracy", "Test"),
+        ("val_accuracy", "holdout"),
+    ],
+)
+def test_a_test_split_read_under_another_spelling_is_disclosed(
+    run_audits, project: Path, capsule_dir: Path, column: str, split: str
+) -> None:
+    """Only ``test_*`` columns and a selection split spelled exactly ``test`` were seen: ``test/accuracy``
+    logged every epoch, or a checkpoint selected on ``Test`` or an undeclared ``holdout``, passed."""
+    train = capsule_dir / "train.csv"
+    header, rest = train.read_text().split("\n", 1)
+    train.write_text(header.replace("val_accuracy", column) + "\n" + rest)
+    edit_json(
+        capsule_dir / "run.json", lambda run: run["checkpoints"]["best"]["selection"].update(split=split)
+    )
+    selection = verdict(run_audits(capsule_dir, project, *LEAKAGE), "leakage.selection_on_test")
+    assert selection["verdict"] == "disclosed", selection
+    assert (column in selection["message"]) == (column != "val_accuracy")
+    assert (repr(split) in selection["message"] or f"on the {split} split" in selection["message"]) == (
+        split != "val"
+    )
+
+
+def test_columns_that_only_hold_test_inside_a_word_are_no_test_split() -> None:
+    from runaudit.splits import names_split
+
+    assert names_split("eval-Test_acc", "test") and names_split("heldout_b_acc", "heldout_b")
+    assert not names_split("latest_loss", "test") and not names_split("n_tests", "test")
+    assert not names_split("x", "")
+
+
 def test_a_manifest_changed_after_the_run_is_not_audited_as_the_runs(
     run_audits, project: Path, capsule_dir: Path
 ) -> None:
