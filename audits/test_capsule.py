@@ -16,7 +16,7 @@ from runaudit.fixtures.verdicts import AuditRecorder
 from runaudit.history import train_csv_problems
 from runaudit.ids import casefold_collisions, duplicates, is_safe_id
 from runaudit.reader import CapsuleReader, Unavailable
-from runaudit.renders import RenderBudget, RendersPastBudget, opened_render
+from runaudit.renders import RenderBudget, RendersPastBudget, check_whole_png, opened_render
 from runaudit.run import DeclaredMetric, DeclaredTest, Run
 from runaudit.schema import schema_problems
 
@@ -439,8 +439,12 @@ def test_vis_coverage(
 def test_vis_decode(
     run: Run, capsule: CapsuleReader, audit: AuditRecorder, declared_test: DeclaredTest | None
 ) -> None:
-    """Every PNG under the test's ``vis/`` decodes as a PNG of at least 1×1 pixels, and the renders of one
-    condition and role share one size; a broken, empty or mixed-size render fails.
+    """Every PNG under the test's ``vis/`` is one whole PNG (every chunk's CRC right, IHDR first, IEND last,
+    the image data inflating to exactly what the header implies) that decodes to at least 1×1 pixels, and
+    the renders of one condition and role share one size; a broken, empty or mixed-size render fails.
+
+    The byte-level check comes first because Pillow's decoder is lenient: a render holding 2 of its 64
+    rows decoded with the rest black, and a corrupt IDAT chunk decoded without a word.
     """
     test = audit.declared(run, declared_test)
     rels = capsule.inventory.pngs.get(test.test_id, ())
@@ -452,6 +456,7 @@ def test_vis_decode(
         *_, condition, role, _name = rel.split("/")
         try:
             with capsule.open(rel) as handle, opened_render(handle, budget) as image:
+                check_whole_png(handle)
                 image.load()
                 size = image.size
         except RendersPastBudget as exc:

@@ -9,7 +9,7 @@ run keeps them.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pytest
@@ -25,6 +25,9 @@ from runaudit.renders import RenderBudget, opened_render
 from runaudit.run import DeclaredMetric, DeclaredTest, Run
 from runaudit.statistics import ItemScores, paired_delta
 
+if TYPE_CHECKING:
+    from PIL import Image
+
 pytestmark = pytest.mark.science
 
 COSINE_FLAG = 0.98
@@ -35,6 +38,11 @@ PILED_RATIO = 2.0  # ... and at least twice its share of the targets
 VIS_SIDE = 32
 VIS_IDENTICAL = 0.01  # mean absolute pixel difference, as a share of the full range
 VIS_IDENTICAL_SHARE = 0.9
+# Renders are compared as a viewer shows them: what is transparent shows this grey level (white, the page a
+# browser puts behind an image). A render that shows nothing but this background compares as blank.
+VIS_BACKGROUND = 255
+VIS_ALPHA_MODES = frozenset({"RGBA", "LA", "PA", "RGBa", "La"})  # modes with an alpha channel
+VIS_WIDE_GREY_MODES = frozenset({"I;16", "I;16B", "I;16L", "I"})  # 16-bit grey PNGs open as these
 
 
 def _rows(
@@ -272,14 +280,38 @@ def test_trivial_baseline(
 
 
 def _thumbnails(capsule: CapsuleReader, rels: list[str], budget: RenderBudget) -> np.ndarray:
+    """One row per render: its greyscale thumbnail as a viewer shows it (:func:`_as_shown`), in [0, 1]."""
     from PIL import Image
 
     images = []
     for rel in rels:
         with capsule.open(rel) as handle, opened_render(handle, budget) as image:
-            grey = image.convert("L").resize((VIS_SIDE, VIS_SIDE), Image.Resampling.BILINEAR)
+            grey = _as_shown(image).resize((VIS_SIDE, VIS_SIDE), Image.Resampling.BILINEAR)
             images.append(np.asarray(grey, dtype=np.float32).ravel() / 255.0)
     return np.stack(images)
+
+
+def _as_shown(image: Image.Image) -> Image.Image:
+    """``image`` in 8-bit grey as a viewer shows it: transparency composited onto :data:`VIS_BACKGROUND`,
+    and 16-bit grey scaled from its full range.
+
+    ``convert("L")`` alone drops alpha, so 400 renders transparent everywhere (400 blank pictures to a
+    person) compared as the pictures under the alpha and "differed"; and it clips 16-bit grey at 255, so a
+    render whose values all lie above 255 compared as white.
+    """
+    from PIL import Image
+
+    if image.mode in VIS_WIDE_GREY_MODES:
+        values = np.asarray(image, dtype=np.float32)  # exact: 16-bit values fit float32's 24-bit mantissa
+        grey = values * (255.0 / 65535.0)
+        if "transparency" in image.info:  # a tRNS grey value: those pixels show the background
+            grey[values == image.info["transparency"]] = VIS_BACKGROUND
+        return Image.fromarray(np.rint(grey).astype(np.uint8))
+    if image.mode not in VIS_ALPHA_MODES and "transparency" not in image.info:
+        return image.convert("L")
+    shown = Image.new("RGBA", image.size, (VIS_BACKGROUND, VIS_BACKGROUND, VIS_BACKGROUND, 255))
+    shown.alpha_composite(image.convert("RGBA"))
+    return shown.convert("L")
 
 
 def test_vis_identical(
@@ -287,6 +319,9 @@ def test_vis_identical(
 ) -> None:
     """COL-10: renders of different samples in one condition and role are disclosed as near-identical when
     at least 90 % of pairs of their greyscale 32×32 thumbnails differ by under 1 % of the range on average.
+
+    A thumbnail is the render as a viewer shows it, transparency composited onto white: renders transparent
+    everywhere show nothing, and are disclosed as identical blank pictures.
     """
     test = audit.declared(run, declared_test)
     rels = capsule.inventory.pngs.get(test.test_id, ())
@@ -317,7 +352,9 @@ def test_vis_identical(
         share = float(np.mean(pairs < VIS_IDENTICAL))
         shares[f"{condition}/{role}"] = {"samples": len(members), "identical_pair_share": share}
         if share >= VIS_IDENTICAL_SHARE:
-            findings.append(f"{condition}/{role} ({share:.0%} of {len(pairs)} pairs)")
+            blank = np.abs(thumbnails - VIS_BACKGROUND / 255.0).mean(axis=1) < VIS_IDENTICAL
+            blank_note = "; all blank, only the background shows" if blank.all() else ""
+            findings.append(f"{condition}/{role} ({share:.0%} of {len(pairs)} pairs{blank_note})")
     audit.evidence(groups=shares, threshold=VIS_IDENTICAL)
     if not findings:
         audit.note(f"renders differ across samples in {len(shares)} condition/role folder(s)")
