@@ -8,6 +8,7 @@ digits: nothing here re-implements a step, a checkpoint or an input path, or the
 from __future__ import annotations
 
 import copy
+import datetime
 import functools
 import json
 import math
@@ -182,7 +183,28 @@ def evaluation_arrays(config: Mapping[str, Any]) -> tuple[dict[str, int], dict[s
     whole arrays are regenerated in the evaluator's order, with its own ``condition_inputs``, and items are
     picked from them after.
     """
-    return _evaluation_arrays(json.dumps(config))  # key order kept: it is the order the noise is drawn in
+    # Key order kept: it is the order the noise is drawn in.
+    return _evaluation_arrays(json.dumps(_dates_as_text(config)))
+
+
+def _dates_as_text(value: Any) -> Any:
+    """``value`` with every date in it, as a key or a value, written as ISO text (``2024-01-01``).
+
+    YAML reads ``2024-01-01`` as a date and ``2024-01-01 12:00:00`` as a datetime, and a valid config may
+    hold either (a run's stamp, a data snapshot's day). JSON has no date type, so ``json.dumps`` refused the
+    whole config and the fresh evaluation failed on a value it never reads; ``default=`` alone would still
+    refuse a date used as a key. Recursion is bounded: config.yaml nests at most ``CONFIG_DEPTH`` levels.
+    """
+    if isinstance(value, datetime.date):  # a datetime is a date too
+        return value.isoformat()
+    if isinstance(value, Mapping):
+        return {
+            key.isoformat() if isinstance(key, datetime.date) else key: _dates_as_text(item)
+            for key, item in value.items()
+        }
+    if isinstance(value, (list, tuple)):
+        return [_dates_as_text(item) for item in value]
+    return value
 
 
 @functools.lru_cache(maxsize=4)
