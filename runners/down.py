@@ -11,7 +11,9 @@ probed (:mod:`runaudit.workspace`: a trainer holds it while it runs), and what s
 ``runaudit launch`` started that have not ended, for this project root or any other (their attempts under
 ``--state-dir``: a root spelled another way, through a link, is another key there), the queue runners
 holding ``queues/.<name>.lock``, and any other project root those launches recorded that still holds runs
-(the whole box goes, that root too). A box it cannot list or hash
+(the whole box goes, that root too), and the box's kernel boot id (one equal to this machine's is this
+machine: a copy pulled onto it goes with it). Once the receipts are checked the box is listed again, and
+any change since the first listing is a refusal. A box it cannot list or hash
 (a transport failure, a refused host key, a remote root that does not exist, no Python to hash with, a file it
 cannot read) is a refusal, never an approval. Names from the box are untrusted: only a safe id is looked up
 among the local receipts (whose own manifests name the folders checked), never joined to a local path
@@ -650,7 +652,9 @@ def inventory_command(box: Box) -> str:
 
 
 def take_inventory(box: Box) -> Inventory:
-    """List the box's runs over one SSH connection; any failure to list is a refusal, never an empty box."""
+    """List the box's runs over one SSH connection; any failure to list is a refusal, never an empty box.
+
+    ``down`` lists twice: before the receipts are checked and after (:func:`unchanged_since`)."""
     label, root = box.endpoint.label, str(box.root)
     try:
         with Remote(box.endpoint) as remote:
