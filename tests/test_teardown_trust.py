@@ -436,6 +436,20 @@ def _fake_sysfs(sysfs: Path, ram: str) -> None:
         (sysfs / "class" / "block" / part).symlink_to(devices / disk / part)
 
 
+def _fake_machine(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, storage: str) -> tuple[Path, str, Path]:
+    """A project folder, its mount point as the mount table spells it, and the table to write, on a ``/sys``
+    whose loop devices keep their blocks under ``storage``."""
+    from runaudit import mounts
+
+    folder = tmp_path / "project"
+    folder.mkdir()
+    _fake_sysfs(tmp_path / "sys", storage)
+    monkeypatch.setattr(mounts, "BLOCK_DEVICES", tmp_path / "sys" / "block")
+    monkeypatch.setattr(mounts, "CLASS_BLOCK", tmp_path / "sys" / "class" / "block")
+    monkeypatch.setattr(mounts, "MOUNTINFO", tmp_path / "mountinfo")
+    return folder, str(folder.resolve()).replace(" ", "\\040"), tmp_path / "mountinfo"
+
+
 @pytest.mark.parametrize(
     ("kind", "source", "why"),
     [
@@ -476,19 +490,13 @@ def test_a_copy_in_memory_under_dev_a_partition_or_device_mapper_is_no_copy(
     and the ``/sys`` the mounts would show.)"""
     from runaudit import mounts
 
-    ram, folder = str(tmp_path.resolve() / "ram"), tmp_path / "project"
-    folder.mkdir()
-    point = str(folder.resolve()).replace(" ", "\\040")
-    _fake_sysfs(tmp_path / "sys", ram)
-    monkeypatch.setattr(mounts, "BLOCK_DEVICES", tmp_path / "sys" / "block")
-    monkeypatch.setattr(mounts, "CLASS_BLOCK", tmp_path / "sys" / "class" / "block")
-    table = tmp_path / "mountinfo"
+    ram = str(tmp_path.resolve() / "ram")
+    folder, point, table = _fake_machine(tmp_path, monkeypatch, ram)
     table.write_text(
         f"20 1 8:1 / / rw - ext4 /dev/sda1 rw\n"
         f"901 20 0:98 / {ram} rw - tmpfs tmpfs rw\n"
         f"902 20 0:97 / {point} rw - {kind} {source} rw\n"
     )
-    monkeypatch.setattr(mounts, "MOUNTINFO", table)
     assert why.format(point=point, ram=ram) in (mounts.in_memory(folder / "runs") or ""), why
 
 
@@ -500,14 +508,8 @@ def test_storage_under_a_partition_or_device_mapper_on_a_disk_stays_a_copy(
     its own mount (a loop of layers, followed once) are each storage that survives a reboot."""
     from runaudit import mounts
 
-    disk, folder = str(tmp_path.resolve() / "disk"), tmp_path / "project"
-    folder.mkdir()
-    point = str(folder.resolve()).replace(" ", "\\040")
-    _fake_sysfs(tmp_path / "sys", disk)
-    monkeypatch.setattr(mounts, "BLOCK_DEVICES", tmp_path / "sys" / "block")
-    monkeypatch.setattr(mounts, "CLASS_BLOCK", tmp_path / "sys" / "class" / "block")
-    table = tmp_path / "mountinfo"
-    monkeypatch.setattr(mounts, "MOUNTINFO", table)
+    disk = str(tmp_path.resolve() / "disk")
+    folder, point, table = _fake_machine(tmp_path, monkeypatch, disk)
     root = "20 1 8:1 / / rw - ext4 /dev/sda1 rw\n"
     for lines in (
         f"902 20 0:97 / {point} rw - ext4 /dev/mapper/vg-home rw\n",
