@@ -16,6 +16,7 @@ Anything else is a problem line naming the run, the file and the command that wo
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import stat
@@ -243,8 +244,11 @@ def flush_to_disk(holder: Path, paths: Iterable[str]) -> list[str]:
 
     A write-back that fails (a full or failing disk, a quota met on NFS) leaves the right bytes in the page
     cache and other bytes on the disk, so the audits would hash the cache and pass: each failure is a
-    problem, and no receipt rests on such a copy. What cannot be opened is left to the audits, which
-    report it.
+    problem, and no receipt rests on such a copy. The kernel reports such a failure once: the pages are
+    then marked clean with the right bytes still in them, so the next ``verify`` found every ``fsync``
+    clean, hashed the cache and wrote a receipt over bytes the disk did not hold. Each file's written-back
+    pages are therefore dropped from the cache (``POSIX_FADV_DONTNEED``), and the audits hash what the disk
+    gives back. What cannot be opened is left to the audits, which report it.
     """
     listed = list(paths)
     failures: dict[str, list[Path]] = {}  # by the kernel's reason: a failing disk fails every path alike
@@ -270,11 +274,15 @@ _NO_FOLDER_SYNC = frozenset({errno.ENOENT, errno.ENOTDIR, errno.EACCES, errno.EI
 
 
 def _fsync(fd: int) -> OSError | None:
-    """``fsync(fd)``'s failure, told apart from the failures to open that the caller leaves to the audits."""
+    """``fsync(fd)``'s failure, told apart from the failures to open that the caller leaves to the audits;
+    once written back, the file's pages leave the cache, so that its next reader reads the disk."""
     try:
         os.fsync(fd)
     except OSError as exc:
         return exc
+    if hasattr(os, "posix_fadvise"):  # macOS has none: there the audits may read the cache
+        with contextlib.suppress(OSError):  # advice a filesystem may refuse: the audits then read the cache
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
     return None
 
 
