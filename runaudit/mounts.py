@@ -16,9 +16,11 @@ GPFS, CephFS) is where users keep their runs and stays allowed, unless this mach
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import re
 import socket
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -122,17 +124,21 @@ def elsewhere(path: Path) -> str | None:
     return None
 
 
-def served_by(path: Path, host: str) -> str | None:
-    """Why the folder ``path`` is ``host``'s own storage, reached here over NFS or SMB, or None.
+def served_by(path: Path, host: str, names: Iterable[str] = ()) -> str | None:
+    """Why the folder ``path`` is the box's own storage, reached here over NFS or SMB, or None.
 
-    NFS is storage that outlives a box, except the box's own: a copy on an NFS export of the box is gone
-    with it. The mount's server and ``host`` are compared by name and by every address each resolves to.
+    The box is ``host``, as it is reached, and ``names``, the names and addresses it gives for itself. NFS
+    is storage that outlives a box, except the box's own: a copy on an NFS export of the box is gone with
+    it, under whatever address it is mounted (SSH reaches a provider's public address or proxy, NFS the
+    box's private or tailnet one). The mount's server is compared by name and by every address it resolves
+    to; the box's own names are not resolved here (a box may name itself anything).
     """
     holding = _holding(path, _mounts())
     if holding is None or holding.kind not in SERVED:
         return None
     server = _server(holding.source)
-    if server and _addresses(server) & _addresses(host):
+    own = (_addresses(host) if host else set()) | {_address(name) for name in names if name}
+    if server and _addresses(server) & own:
         return (
             f"{path} lies on {holding.point}, {_a(holding.kind)} mount of {holding.source}: the box's own "
             "storage, gone with it"
@@ -149,13 +155,24 @@ def _server(source: str) -> str:
     return source.partition(":")[0]
 
 
+def _address(name: str) -> str:
+    """A host name case-folded, or an address in its one canonical spelling (``::ffff:a.b.c.d`` as IPv4)."""
+    try:
+        address = ipaddress.ip_address(name.partition("%")[0])
+    except ValueError:
+        return name.lower()
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        return str(address.ipv4_mapped)
+    return str(address)
+
+
 def _addresses(host: str) -> set[str]:
     """``host`` itself and every address it resolves to (none where it does not resolve)."""
     try:
-        resolved = {str(info[4][0]) for info in socket.getaddrinfo(host, None)}
+        resolved = {_address(str(info[4][0])) for info in socket.getaddrinfo(host, None)}
     except (OSError, UnicodeError):
         resolved = set()
-    return {host.lower(), *resolved}
+    return {_address(host), *resolved}
 
 
 def in_memory(path: Path) -> str | None:

@@ -55,9 +55,11 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import functools
+import ipaddress
 import os
 import re
 import shlex
+import string
 import subprocess
 import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -185,6 +187,7 @@ QUARANTINED = re.compile(r"(?P<run>.+)--\d{8}T\d{6}Z-[0-9a-f]{6}", re.DOTALL)  #
 # ``--python`` that exits 0 having printed nothing (a broken shim) hashed nothing.
 INVENTORY = r"""
 echo "machine $(printf '%s' "${RUNAUDIT_BOX_BOOT_ID:-$(head -c 64 /proc/sys/kernel/random/boot_id 2>/dev/null)}" | od -An -v -tx1 | tr -d ' \n')"
+echo "names $({ hostname; hostname -f; awk '/\/32 host LOCAL/ {print a} {a=$2}' /proc/net/fib_trie; awk '{print $1}' /proc/net/if_inet6; } 2>/dev/null | head -c 16384 | od -An -v -tx1 | tr -d ' \n')"
 if [ ! -d "$R" ]; then echo "root=missing"; echo "inventory=complete"; exit 0; fi
 echo "root=present"
 if ! command -v "$PY" >/dev/null 2>&1; then echo "hasher=missing"; echo "inventory=complete"; exit 0; fi
@@ -463,6 +466,9 @@ class Inventory:
     # The box's kernel boot id, as it says (empty where it has none to say): one equal to this machine's
     # means the copy pulled "home" lies on the box itself.
     boot_id: str = ""
+    # The names and addresses the box gives for itself (hostname, each local address): a copy on an NFS
+    # export of the box mounted under any of them goes with the box.
+    names: tuple[str, ...] = ()
 
     def by_run(self) -> dict[str, list[Entry]]:
         found: dict[str, list[Entry]] = {}
@@ -509,10 +515,14 @@ def parse_inventory(text: str, box: str, root: str) -> Inventory:
     contents: list[_Content] = []  # what the box hashed or probed under each entry, collected in lists
     areas: list[str] = []
     boot_id = ""
+    names: tuple[str, ...] = ()
     for line in lines:
         words = line.split(" ")
         if words[0] == "machine" and len(words) == 2:
             boot_id = _decoded(words[1], cannot).strip()
+            continue
+        if words[0] == "names" and len(words) <= 2:
+            names = own_names(_decoded(words[1], cannot) if len(words) == 2 else "")
             continue
         if words[0] == "area" and len(words) == 3 and words[2] == "unreadable":
             raise Refused(f"{cannot} ({root}/{words[1]} cannot be listed); {NOTHING_STOPPED}")
@@ -541,7 +551,30 @@ def parse_inventory(text: str, box: str, root: str) -> Inventory:
                 entries.append(Entry(words[1], name, words[2]))
                 contents.append(_Content())
     entries = [content.given_to(entry) for entry, content in zip(entries, contents, strict=True)]
-    return Inventory(box, root, tuple(mark_resumed(entries)), tuple(areas), boot_id=boot_id)
+    return Inventory(box, root, tuple(mark_resumed(entries)), tuple(areas), boot_id=boot_id, names=names)
+
+
+# A box's own names and addresses, kept (a box may list anything; a machine has a few dozen at most).
+MAX_OWN_NAMES = 256
+
+
+def own_names(text: str) -> tuple[str, ...]:
+    """The box's names and addresses from its ``names`` line, printable, at most :data:`MAX_OWN_NAMES`; an
+    IPv6 address as ``/proc/net/if_inet6`` spells it (32 hex digits) in the usual notation. Loopback names
+    every machine itself, so it names no box: a mount served over it is this machine's own (``mounts``)."""
+    names: list[str] = []
+    for word in text.split():
+        if not word.isprintable() or word.lower() == "localhost":
+            continue
+        if len(word) == 32 and all(digit in string.hexdigits for digit in word):
+            word = str(ipaddress.IPv6Address(int(word, 16)))
+        try:
+            if ipaddress.ip_address(word).is_loopback:
+                continue
+        except ValueError:
+            pass  # a name, not an address
+        names.append(word)
+    return tuple(dict.fromkeys(names))[:MAX_OWN_NAMES]
 
 
 def _running(words: list[str], cannot: str) -> Entry:
@@ -733,7 +766,7 @@ def coverage(root: Path, named: Sequence[str], inventory: Inventory, abandon: It
             why = LIVE_WRITER["held" if "held" in writers else "unknown"].format(run=key, lock=LOCK_FILE)
         elif status is not None and (problems := status.runs[key].problems):
             why = "; ".join(line.removeprefix(f"run {key}: ") for line in problems)
-        elif status is not None and (served := _not_home(root, status.runs[key], inventory.host)):
+        elif status is not None and (served := _not_home(root, status.runs[key], inventory)):
             why = served
         elif any(entry.newer_than_a_receipt for entry in entries):
             why = "the box holds bytes of it that its receipt, which covers only the bytes it verified, does not"
@@ -760,12 +793,13 @@ def this_boot_id() -> str:
         return ""
 
 
-def _not_home(root: Path, receipt: RunReceipt, host: str) -> str | None:
+def _not_home(root: Path, receipt: RunReceipt, inventory: Inventory) -> str | None:
     """Why the copy a receipt verified is not a copy brought home from the box, or None.
 
     ``runaudit verify`` run in the producer's own root (on the box, or a cluster's scratch) verifies
     ``export/<id>`` in place: its receipt proves the capsule whole, and ``down`` approved with no copy
-    anywhere else. And a copy on an NFS export of the box itself goes with the box.
+    anywhere else. And a copy on an NFS export of the box itself goes with the box, whether it is mounted
+    from the host SSH reaches or from any name or address the box gives for itself.
     """
     holder = receipt.document.get("holder") if receipt.document is not None else None
     if holder == "export":
@@ -774,9 +808,9 @@ def _not_home(root: Path, receipt: RunReceipt, host: str) -> str | None:
             f"proves the capsule whole, not that a copy left the box; pull it home (runaudit pull) into "
             f"runs/{receipt.run_id} and verify it there"
         )
-    if not host or holder not in HOLDERS:
+    if not (inventory.host or inventory.names) or holder not in HOLDERS:
         return None
-    return served_by(root / holder / receipt.run_id, host)
+    return served_by(root / holder / receipt.run_id, inventory.host, inventory.names)
 
 
 def _still_running(entry: Entry, key: str) -> str:

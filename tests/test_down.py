@@ -34,6 +34,7 @@ from runaudit.runners.down import (
     Refused,
     gate,
     mark_resumed,
+    own_names,
     parse_inventory,
     record_path,
     shown,
@@ -690,6 +691,42 @@ def test_a_verified_copy_on_the_box_s_own_nfs_export_goes_with_the_box(
             approve(project, listing)
     table.write_text(real + f"900 1 0:99 / {point} rw - nfs4 10.9.9.9:/srv/project/export rw\n")
     assert list(approve(project, listing).receipts) == [DEMO_RUN_ID]  # a file server's storage is a copy
+
+
+def test_a_verified_copy_on_the_box_s_export_mounted_under_another_of_its_addresses_goes_with_it(
+    project: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SSH reached the box at a provider's public address, NFS mounted its export at the box's private or
+    tailnet address: down compared the mount's server with the SSH host alone and approved (a loop device
+    and a bind mount on the attacker's machine). The box gives its names and addresses in its listing."""
+    from runaudit import mounts
+
+    table = tmp_path / "mountinfo"
+    real = mounts.MOUNTINFO.read_text() if mounts.MOUNTINFO.exists() else ""
+    point = str((project / "runs").resolve()).replace(" ", "\\040")
+    monkeypatch.setattr(mounts, "MOUNTINFO", table)
+    said = "box-7\n10.0.3.17\n100.64.0.7\nfd7a115cdeadbeef0000000000000001\n127.0.0.1\n"
+    names = parse_inventory(f"names {said.encode().hex()}\ninventory=complete", "b", "/r").names
+    listing = replace(inventory(project, ("export", DEMO_RUN_ID)), host="ssh.provider.invalid", names=names)
+    assert listing.names == ("box-7", "10.0.3.17", "100.64.0.7", "fd7a:115c:dead:beef::1")
+    for source in (
+        "100.64.0.7:/srv/project/export",
+        "BOX-7:/srv",
+        "[fd7a:115c:dead:beef::1]:/",
+        "//10.0.3.17/p",
+    ):
+        kind = "cifs" if source.startswith("//") else "nfs4"
+        table.write_text(real + f"900 1 0:99 / {point} rw - {kind} {source} rw\n")
+        with pytest.raises(Refused, match=rf"{DEMO_RUN_ID} \(export/, sealed\): .*the box's own storage"):
+            approve(project, listing)
+    table.write_text(real + f"900 1 0:99 / {point} rw - nfs4 10.9.9.9:/srv/project/export rw\n")
+    assert list(approve(project, listing).receipts) == [DEMO_RUN_ID]  # a file server's storage is a copy
+
+
+def test_a_box_s_own_names_are_kept_printable_bounded_and_never_loopback() -> None:
+    """Loopback names every machine, so it names no box; a box may say anything, so what it says is bounded."""
+    assert own_names("localhost 127.0.1.1 ::1 00000000000000000000000000000001 box\x1b[2J box") == ("box",)
+    assert len(own_names(" ".join(f"n{index}" for index in range(10_000)))) == 256
 
 
 def test_a_receipt_over_the_producer_s_own_export_is_no_copy_brought_home(project: Path) -> None:

@@ -7,6 +7,7 @@ each test then gives ``down`` a fresh remote root holding that sealed capsule be
 from __future__ import annotations
 
 import fcntl
+import ipaddress
 import json
 import os
 import shlex
@@ -387,6 +388,40 @@ def test_a_box_that_is_this_machine_takes_the_copy_home_with_it(
     assert f"is this machine (its kernel's boot id is this one's, {this_boot_id()})" in err, err
     assert this_boot_id()
     assert down(sshbox, pulled, box) == 0  # the rig's box, naming a boot id of its own
+
+
+def _an_address_of_this_machine() -> str:
+    """An IPv4 address of this machine other than loopback, from the kernel's routing table."""
+    lines = Path("/proc/net/fib_trie").read_text().splitlines()
+    local = {lines[at - 1].split()[-1] for at, line in enumerate(lines) if "/32 host LOCAL" in line}
+    return min(address for address in local if not ipaddress.ip_address(address).is_loopback)
+
+
+def test_a_copy_on_the_box_s_own_export_mounted_under_another_of_its_names_goes_with_it(
+    sshbox: SshBox,
+    pulled: Pulled,
+    box: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """SSH reaches a box at one address (a provider's public address or proxy), NFS mounts its export at
+    another (its private or tailnet address, its host name): down compared the mount's server with the SSH
+    host alone and approved, and the teardown took the only copy. The box's listing now gives the names and
+    addresses it has; the rig's box is this machine, reached at 127.0.0.1 and mounted here at its other
+    address. (The kernel's mount table is the boundary: the test gives it the line such a mount adds.)"""
+    from runaudit import mounts
+
+    table = tmp_path / "mountinfo"
+    real = mounts.MOUNTINFO.read_text()
+    point = str((pulled.local / "runs").resolve()).replace(" ", "\\040")
+    monkeypatch.setattr(mounts, "MOUNTINFO", table)
+    address = _an_address_of_this_machine()
+    table.write_text(real + f"900 1 0:99 / {point} rw - nfs4 {address}:/srv/project/export rw\n")
+    assert down(sshbox, pulled, box) == 2
+    assert f"mount of {address}:/srv/project/export: the box's own storage" in refused(capsys)
+    table.write_text(real + f"900 1 0:99 / {point} rw - nfs4 filer.invalid:/projects rw\n")
+    assert down(sshbox, pulled, box) == 0  # a file server's storage is a copy
 
 
 def test_a_job_launched_while_the_receipts_are_checked_blocks(
