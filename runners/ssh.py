@@ -1,8 +1,8 @@
 """SSH to a box with fabric/paramiko under strict host identity, and the errors that say what was proven.
 
 Host keys come from one known_hosts file: ``--known-hosts``, else the profile's pinned file, else the
-user's ``~/.ssh/known_hosts``. An unknown or changed key is refused by paramiko's ``RejectPolicy``
-before authentication, so no command can run on an impostor; nothing is ever added to the file.
+user's ``~/.ssh/known_hosts``. An unknown, changed or ``@revoked`` key is refused before authentication,
+so no command can run on an impostor; nothing is ever added to the file.
 Secrets are named, never given: a key file path, and the *name* of the environment variable that holds
 its passphrase.
 
@@ -115,6 +115,63 @@ def _fingerprint(key: Any) -> str:
     return f"{key.get_name()} SHA256:{base64.b64encode(digest).decode().rstrip('=')}"
 
 
+def load_known_hosts(keys: Any, path: Path) -> frozenset[bytes]:
+    """Add the host keys of the OpenSSH known_hosts file ``path`` to paramiko's ``keys``; return the keys
+    the file marks ``@revoked``.
+
+    paramiko reads no marker line: one ``@revoked`` or ``@cert-authority`` line made its loader raise
+    (``Incorrect padding``), and every verb refused for a reason that named no file. Here a revoked key is
+    never trusted, for any host, whatever other line pins it; a ``@cert-authority`` line is passed over
+    (runaudit pins host keys, not certificates), and so is a line no key can be read from, as OpenSSH does.
+    """
+    from paramiko import SSHException
+    from paramiko.hostkeys import HostKeyEntry, InvalidHostKey
+
+    pinned, revoked = [], set()
+    for number, text in enumerate(path.read_text(encoding="utf-8", errors="replace").splitlines(), 1):
+        line = text.strip()
+        marker = ""
+        if line.startswith("@"):
+            marker, _, line = line.partition(" ")
+        if not line or line.startswith("#"):
+            continue
+        try:
+            entry = HostKeyEntry.from_line(line.strip(), number)
+        except (SSHException, InvalidHostKey, ValueError):
+            continue
+        if entry is None:
+            continue
+        if marker == "@revoked":
+            revoked.add(entry.key.asbytes())
+        elif not marker:
+            pinned.append(entry)
+    for entry in pinned:
+        if entry.key.asbytes() not in revoked:
+            for name in entry.hostnames:
+                keys.add(name, entry.key.get_name(), entry.key)
+    return frozenset(revoked)
+
+
+def _unpinned_policy(endpoint: Endpoint, revoked: frozenset[bytes]) -> Any:
+    """paramiko's answer to a key the known_hosts file does not pin for this host: always a refusal,
+    before authentication, that says whether the file revokes the key."""
+    import paramiko
+
+    class RejectUnpinned(paramiko.MissingHostKeyPolicy):
+        def missing_host_key(self, client: Any, hostname: str, key: Any) -> None:
+            if key.asbytes() in revoked:
+                raise HostKeyRejected(
+                    f"refused {endpoint.label}: its host key {_fingerprint(key)} is marked @revoked in "
+                    f"{endpoint.known_hosts_file}; refused before authentication, no command ran"
+                )
+            raise HostKeyRejected(
+                f"refused {endpoint.label}: {endpoint.host_key_name} is not in {endpoint.known_hosts_file}; "
+                "refused before authentication, no command ran; it is never auto-added"
+            )
+
+    return RejectUnpinned()
+
+
 def transport_failure(endpoint: Endpoint, exc: BaseException, doing: str) -> TransportError:
     """The one-line error for a failed SSH step, keeping identity failures distinct."""
     import paramiko
@@ -126,11 +183,6 @@ def transport_failure(endpoint: Endpoint, exc: BaseException, doing: str) -> Tra
             f"refused {endpoint.label}: its host key CHANGED (offered {_fingerprint(exc.key)}, "
             f"pinned {_fingerprint(exc.expected_key)} in {endpoint.known_hosts_file}); refused before "
             "authentication, no command ran; verify the new key through the provider before replacing it"
-        )
-    if isinstance(exc, paramiko.SSHException) and "not found in known_hosts" in str(exc):
-        return HostKeyRejected(
-            f"refused {endpoint.label}: {endpoint.host_key_name} is not in {endpoint.known_hosts_file}; "
-            "refused before authentication, no command ran; it is never auto-added"
         )
     if isinstance(exc, paramiko.AuthenticationException):
         reason = "authentication failed"
@@ -179,10 +231,10 @@ class Remote:
             connect_kwargs=connect_kwargs,
             config=Config(ssh_config=paramiko.SSHConfig()),
         )
-        # fabric defaults to AutoAddPolicy; the harness never trusts a key it has not been given.
-        connection.client.set_missing_host_key_policy(paramiko.RejectPolicy())
         try:
-            connection.client.get_host_keys().load(str(endpoint.known_hosts_file))
+            revoked = load_known_hosts(connection.client.get_host_keys(), endpoint.known_hosts_file)
+            # fabric defaults to AutoAddPolicy; the harness never trusts a key it has not been given.
+            connection.client.set_missing_host_key_policy(_unpinned_policy(endpoint, revoked))
             connection.open()
         except Exception as exc:  # paramiko raises many unrelated types for one failed connect
             connection.close()

@@ -49,6 +49,24 @@ def test_a_changed_host_key_is_refused_before_any_command_runs(sshbox: SshBox, t
     assert not (tmp_path / "copy").exists()
 
 
+def test_known_hosts_markers_are_read_as_openssh_reads_them(sshbox: SshBox, tmp_path: Path) -> None:
+    """paramiko reads no marker line: one ``@cert-authority`` or ``@revoked`` line in known_hosts made every
+    verb refuse with ``Incorrect padding``. A CA line is passed over; a revoked key is refused, before
+    authentication, whatever other line pins it."""
+    pinned = sshbox.known_hosts.read_text()
+    key_type, body = pinned.split()[1:3]
+    with_ca = tmp_path / "known_hosts.ca"
+    with_ca.write_text(f"@cert-authority *.example.org {key_type} {body}\n{pinned}")
+    with Remote(sshbox.endpoint(with_ca)) as remote:
+        assert remote.run("echo reachable").stdout == "reachable\n"
+    revoked = tmp_path / "known_hosts.revoked"
+    revoked.write_text(f"{pinned}@revoked * {key_type} {body}\n")
+    logins = sshbox.accepted_logins()
+    with pytest.raises(HostKeyRejected, match=r"is marked @revoked in .*refused before authentication"):
+        Remote(sshbox.endpoint(revoked)).connect()
+    assert sshbox.accepted_logins() == logins  # the box never saw our key
+
+
 def test_an_unknown_host_or_a_missing_known_hosts_file_is_refused(sshbox: SshBox, tmp_path: Path) -> None:
     empty = tmp_path / "known_hosts.empty"
     empty.write_text("")
