@@ -687,6 +687,40 @@ def test_a_storage_past_its_record_is_refused_whatever_strings_the_pickle_holds(
         assert isinstance(found, CheckpointRefused) and "declares storage" in str(found), found
 
 
+@pytest.mark.parametrize("memo", [0xFFFFFFF0, 1 << 28], ids=["past-any-memory", "gigabytes"])
+def test_a_memo_index_past_the_pickle_neither_hides_a_storage_past_its_record_nor_fills_memory(
+    tmp_path: Path, memo: int
+) -> None:
+    """Five bytes (``LONG_BINPUT`` with a huge memo index) made CPython's C unpickler, which keeps its memo in
+    an array, ask for 68 GB and raise; the lister's failure was passed over, so a storage past its record
+    passed ``checkpoint.safe_load`` and verify wrote a receipt (torch's unpickler keeps a dict and reads the
+    file). An index of 2**28 filled 4.5 GB. The file is refused for the storage, within a few MB."""
+    path = _saved(tmp_path, {"w": torch.ones(4)})
+    with zipfile.ZipFile(path) as archive:
+        entries = {name: archive.read(name) for name in archive.namelist()}
+    pickled = next(name for name in entries if name.endswith("/data.pkl"))
+    original = entries[pickled]
+    assert original.startswith(b"\x80\x02}q\x00")  # PROTO 2, EMPTY_DICT, BINPUT 0
+    changed = original[:5] + b"r" + struct.pack("<I", memo) + original[5:]  # LONG_BINPUT memo
+    changed = changed.replace(b"X\x03\x00\x00\x00cpuq\x06K\x04", b"X\x03\x00\x00\x00cpuq\x06K\x08", 1)
+    assert b"K\x08" in changed
+    entries[pickled] = changed
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED) as archive:
+        for name, data in entries.items():
+            archive.writestr(name, data)
+    with pytest.raises(RuntimeError):
+        torch.load(path, weights_only=True)  # what a plain load says: the record is too short
+    tracemalloc.start()
+    try:
+        with path.open("rb") as handle:
+            problem = checkpoints._archive_problem(handle, torch)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert problem is not None and "declares storage" in problem, problem
+    assert peak < 64 << 20, f"listing the storages allocated {peak >> 20} MiB"
+
+
 def test_a_float8_e8m0_nan_is_named(tmp_path: Path) -> None:
     """torch's ``isfinite`` calls a float8_e8m0fnu NaN finite: the storage scan flagged it, then the tensor's
     own check let it pass in both readers. 1-byte floats are widened before any check."""
