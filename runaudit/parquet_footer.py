@@ -29,9 +29,9 @@ PHYSICAL_TYPES = (
     "BYTE_ARRAY",
     "FIXED_LEN_BYTE_ARRAY",
 )
-# Thrift field ids (parquet.thrift): FileMetaData.row_groups, RowGroup.columns, ColumnChunk.meta_data, and
-# ColumnMetaData.type, num_values, total_uncompressed_size.
-ROW_GROUPS, COLUMNS, META_DATA, TYPE, NUM_VALUES, UNCOMPRESSED = 4, 1, 3, 1, 5, 6
+# Thrift field ids (parquet.thrift): FileMetaData.num_rows and row_groups, RowGroup.columns and num_rows,
+# ColumnChunk.meta_data, and ColumnMetaData.type, num_values, total_uncompressed_size.
+FILE_ROWS, ROW_GROUPS, COLUMNS, GROUP_ROWS, META_DATA, TYPE, NUM_VALUES, UNCOMPRESSED = 3, 4, 1, 3, 3, 1, 5, 6
 _STOP, _TRUE, _FALSE, _BYTE, _I16, _I32, _I64, _DOUBLE, _BINARY, _LIST, _SET, _MAP, _STRUCT = range(13)
 
 
@@ -49,7 +49,14 @@ class Chunk:
 
 
 def column_chunks(handle: BinaryIO) -> list[Chunk]:
-    """Every column chunk the footer of the seekable parquet file ``handle`` declares, row group by row group."""
+    """Every column chunk the footer of the seekable parquet file ``handle`` declares, row group by row group.
+
+    The counts a memory bound rests on must agree with the one a reader decodes by, each row group's own
+    ``num_rows``: a 2 KB file whose footer said 718 rows, and 718 values in each column chunk, held one
+    row group of 30 million rows, and pyarrow decoded all of them (3.3 GB). The row groups must add up to
+    the file's rows, and no column chunk may hold fewer values than its row group has rows (a row is at
+    least one value, a null or an empty list included).
+    """
     size = handle.seek(0, 2)
     if size < 12:
         raise FooterError(f"{size} bytes is too short for a parquet file")
@@ -63,15 +70,26 @@ def column_chunks(handle: BinaryIO) -> list[Chunk]:
     handle.seek(size - 8 - length)
     metadata = _Reader(handle.read(length)).struct(0)
     chunks = []
+    grouped = 0
     for group in _field(metadata, ROW_GROUPS, list):
+        rows = _field(_as(group, dict), GROUP_ROWS, int)
+        grouped += rows
         for column in _field(_as(group, dict), COLUMNS, list):
             meta = _field(_as(column, dict), META_DATA, dict)
             kind = _field(meta, TYPE, int)
             if not 0 <= kind < len(PHYSICAL_TYPES):
                 raise FooterError(f"a column chunk has physical type {kind}, which parquet does not define")
-            chunks.append(
-                Chunk(PHYSICAL_TYPES[kind], _field(meta, NUM_VALUES, int), _field(meta, UNCOMPRESSED, int))
+            chunk = Chunk(
+                PHYSICAL_TYPES[kind], _field(meta, NUM_VALUES, int), _field(meta, UNCOMPRESSED, int)
             )
+            if chunk.num_values < rows:
+                raise FooterError(
+                    f"a column chunk says {chunk.num_values} values in a row group of {rows} rows; every row "
+                    "holds at least one"
+                )
+            chunks.append(chunk)
+    if grouped != (rows := _field(metadata, FILE_ROWS, int)):
+        raise FooterError(f"its row groups hold {grouped} rows, but the file says {rows}")
     return chunks
 
 

@@ -437,6 +437,53 @@ def test_the_footer_reader_agrees_with_pyarrow_and_refuses_what_it_cannot_follow
             column_chunks(io.BytesIO(broken))
 
 
+def _zigzag_varint(value: int) -> bytes:
+    """``value`` as Thrift's compact protocol writes an i64: zigzag, then 7 bits a byte."""
+    value, out = value << 1, bytearray()
+    while value >= 0x80:
+        out.append(value & 0x7F | 0x80)
+        value >>= 7
+    return bytes([*out, value])
+
+
+def test_a_footer_whose_counts_understate_its_row_group_is_refused_before_a_row_is_decoded(
+    tmp_path: Path,
+) -> None:
+    """A 2 KB results table held one row group of 30 million rows while its footer said 718 rows, and 718
+    values in each column chunk: the memory bound read those counts, and pyarrow decoded every row by the
+    row group's own count (3.3 GB, 13 s). Here 100,000 rows are made to say 20,000 (the counts keep their
+    encoded width, so the footer is rewritten in place)."""
+    import io
+
+    from runaudit.parquet_footer import FooterError, column_chunks
+    from runaudit.reader import Unavailable, read_footer
+
+    path = tmp_path / "results.parquet"
+    pq.write_table(pa.table({"sample_id": ["s0"] * 100_000, "m.accuracy": [1.0] * 100_000}), path)
+    data = path.read_bytes()
+    length = int.from_bytes(data[-8:-4], "little")
+    start = len(data) - 8 - length
+    honest, claimed = b"\x16" + _zigzag_varint(100_000), b"\x16" + _zigzag_varint(20_000)
+    assert len(honest) == len(claimed)
+    footer = data[start:-8]
+    # FileMetaData.num_rows comes first, each column chunk's num_values next, the row group's num_rows last.
+    assert footer.count(honest) == 4
+    last = footer.rindex(honest)
+    lying = footer[:last].replace(honest, claimed) + footer[last:]
+    path.write_bytes(data[:start] + lying + data[-8:])
+    metadata = pq.ParquetFile(path).metadata
+    assert (metadata.num_rows, metadata.row_group(0).num_rows) == (20_000, 100_000)
+    with (
+        path.open("rb") as handle,
+        pytest.raises(FooterError, match="says 20000 values in a row group of 100000"),
+    ):
+        column_chunks(handle)
+    with pytest.raises(Unavailable, match="is not a readable parquet table"):
+        read_footer(lambda: path.open("rb"), "results.parquet", "capsule.results_table")
+    whole = io.BytesIO(data)  # the honest file is read as before
+    assert [chunk.num_values for chunk in column_chunks(whole)] == [100_000, 100_000]
+
+
 def test_a_reader_error_an_audit_owns_is_its_one_line_not_a_chained_raw_exception(
     capsule_dir: Path, project: Path, run_audits: Callable[..., Any]
 ) -> None:
