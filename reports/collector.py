@@ -21,6 +21,7 @@ import pytest
 
 from runaudit.atomic import write_bytes_atomic, write_json_atomic
 from runaudit.clock import utc_now
+from runaudit.fixtures.custody import changed_key
 from runaudit.fixtures.subjects import expected_custody
 from runaudit.fixtures.verdicts import PROPERTY, record_of, strict_mode
 from runaudit.ids import report_stem
@@ -159,6 +160,7 @@ class VerdictReport:
             custody_gate={
                 "expected": {} if self.run.is_group else expected_custody(self.run),
                 "session": session_end(session, exitstatus),
+                "changed": self.config.stash.get(changed_key, []),
             },
         )
         stem = report_stem(self.run.run_id, group=self.run.is_group)
@@ -171,10 +173,11 @@ class VerdictReport:
         partial = any(item["gate_class"] == "custody" for item in doc["verdicts"]) and not doc["custody_ok"]
         if (
             partial
-            and doc["teardown"]["reason"].startswith("incomplete")
+            and (doc["teardown"]["reason"].startswith("incomplete") or doc["custody_gate"]["changed"])
             and exitstatus == pytest.ExitCode.OK
         ):
-            session.exitstatus = pytest.ExitCode.TESTS_FAILED  # a subset of the gate must not read as a pass
+            # A subset of the gate, or a capsule that changed under it, must not read as a pass.
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
         try:
             self.written = [write_json_atomic(folder / f"{stem}.json", doc)]
             if self.writes_page:

@@ -132,7 +132,8 @@ def custody_ok(doc: Mapping[str, Any]) -> bool:
     paths), or a session that ended early (Ctrl-C, ``-x``, an internal error, a crashed worker).
     """
     custody = _local_custody(doc)
-    complete = (doc.get("custody_gate") or {}).get("session") == SESSION_COMPLETED and not custody_gaps(doc)
+    gate = doc.get("custody_gate") or {}
+    complete = gate.get("session") == SESSION_COMPLETED and not custody_gaps(doc) and not gate.get("changed")
     return bool(custody) and complete and all(Verdict(item["verdict"]).holds for item in custody)
 
 
@@ -159,6 +160,12 @@ def teardown(doc: Mapping[str, Any]) -> dict[str, str]:
     broken = sorted({item["audit"] for item in custody if not Verdict(item["verdict"]).holds})
     if broken:
         return {"answer": "no", "reason": f"{len(broken)} custody audit(s) did not hold: {_shown(broken)}"}
+    if changed := (doc.get("custody_gate") or {}).get("changed"):
+        return {
+            "answer": "no",
+            "reason": f"{_shown(changed)} changed while the session audited the capsule: its verdicts may judge "
+            "bytes its hashes never saw; audit it again once nothing writes to it",
+        }
     session = (doc.get("custody_gate") or {}).get("session", "unknown")
     if session != SESSION_COMPLETED:
         return {

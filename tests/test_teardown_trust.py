@@ -95,6 +95,81 @@ def test_a_subset_of_the_custody_gate_is_never_a_yes(
     outcome.result.stdout.fnmatch_lines(["runaudit: safe to tear down? NO, incomplete*"])
 
 
+def test_a_file_swapped_out_and_back_while_the_session_audits_it_is_never_a_yes(
+    run_audits, pytester: pytest.Pytester, project: Path, capsule_dir: Path
+) -> None:
+    """Another process renamed other bytes over results.parquet 0.7 s into a session and the original bytes
+    back at 1.6 s: the collapse audits judged the other bytes, ``manifest.sha256`` hashed the original ones,
+    every custody audit held and the teardown answer was YES. The session now keys every file of the capsule
+    before an audit reads it and again before the report is written."""
+    pytester.makepyfile(
+        swapper=f"""
+        import os
+        from pathlib import Path
+
+        RESULTS = Path({str(capsule_dir / "test" / "main" / "results.parquet")!r})
+
+        def pytest_runtest_setup(item):
+            if item.name.startswith("test_output_cosine"):
+                os.replace(RESULTS, RESULTS.with_name("held.parquet"))
+                RESULTS.write_bytes(RESULTS.with_name("held.parquet").read_bytes())  # other bytes would do
+
+        def pytest_runtest_teardown(item):
+            if item.name.startswith("test_output_cosine"):
+                os.replace(RESULTS.with_name("held.parquet"), RESULTS)
+        """
+    )
+    pytester.syspathinsert()
+    outcome = run_audits(capsule_dir, project, "-p", "swapper")
+    report = outcome.report
+    assert report["custody_ok"] is False and report["teardown"]["answer"] == "no", report["teardown"]
+    assert "changed while the session audited the capsule" in report["teardown"]["reason"]
+    assert report["custody_gate"]["changed"] == [f"{DEMO_RUN_ID}/test/main/results.parquet"]
+    assert outcome.result.ret == pytest.ExitCode.TESTS_FAILED
+    assert run_audits(capsule_dir, project, "-m", "custody").report["teardown"]["answer"] == "yes"  # control
+
+
+def test_a_file_that_changes_while_it_is_hashed_fails_its_own_audits_not_every_audit(
+    run_audits, pytester: pytest.Pytester, project: Path, capsule_dir: Path
+) -> None:
+    """A file renamed over while the session's hashing thread read it raised out of the whole batch: 416
+    audits ended in ``error`` (every one that needed a digest), and pytest's formatting of each error took
+    the session from 3 s to minutes. The file that changed now fails its own audits, in one line."""
+    pytester.makepyfile(
+        rewriter=f"""
+        import os
+        from pathlib import Path
+
+        from runaudit import hashing
+
+        RESULTS = Path({str(capsule_dir / "test" / "main" / "results.parquet")!r})
+        hash_once = hashing.sha256_file
+
+        def rewritten_while_hashed(path, progress=None):
+            digest = hash_once(path, progress)
+            if Path(path) == RESULTS:
+                RESULTS.with_name("copy.parquet").write_bytes(RESULTS.read_bytes())
+                os.replace(RESULTS.with_name("copy.parquet"), RESULTS)  # the same bytes, another file
+            return digest
+
+        def pytest_configure(config):
+            hashing.sha256_file = rewritten_while_hashed
+
+        def pytest_unconfigure(config):
+            hashing.sha256_file = hash_once
+        """
+    )
+    pytester.syspathinsert()
+    outcome = run_audits(capsule_dir, project, "-m", "custody", "--runaudit-fresh-hashes", "-p", "rewriter")
+    verdicts = outcome.report["verdicts"]
+    assert not [item for item in verdicts if item["verdict"] == "error"], outcome.result.stdout.str()[-2000:]
+    [hashed] = [
+        item for item in verdicts if item["audit"] == "manifest.sha256" and "results" in item["subject"]
+    ]
+    assert hashed["verdict"] == "failed" and "changed while it was being hashed" in hashed["message"]
+    assert outcome.report["teardown"]["answer"] == "no"
+
+
 def test_ctrl_c_before_the_hashes_is_never_a_yes(
     pytester: pytest.Pytester, project: Path, capsule_dir: Path
 ) -> None:
