@@ -240,11 +240,20 @@ def _with_data_pkl(path: Path, payload: Any) -> None:
     """``path``'s archive with its ``data.pkl`` replaced by ``payload`` pickled as torch pickles."""
     written = io.BytesIO()
     _RecordPickler(written, protocol=2).dump(payload)
+    _with_data_pkl_changed(path, lambda _: written.getvalue())
+
+
+def _with_data_pkl_changed(path: Path, change: Callable[[bytes], bytes]) -> None:
+    """``path``'s archive with its ``data.pkl`` bytes passed through ``change``, every record stored."""
     with zipfile.ZipFile(path) as archive:
         entries = {name: archive.read(name) for name in archive.namelist()}
     with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED) as archive:
         for name, data in entries.items():
-            archive.writestr(name, written.getvalue() if name.endswith("/data.pkl") else data)
+            archive.writestr(name, change(data) if name.endswith("/data.pkl") else data)
+
+
+# The demo-sized pickle of {"w": torch.ones(4)}: its storage's element count, as written and as a lie.
+FOUR_ELEMENTS, EIGHT_ELEMENTS = b"X\x03\x00\x00\x00cpuq\x06K\x04", b"X\x03\x00\x00\x00cpuq\x06K\x08"
 
 
 def test_a_tensor_whose_dtype_is_not_its_storages_is_scanned_as_the_loader_builds_it(tmp_path: Path) -> None:
@@ -670,17 +679,14 @@ def test_a_storage_past_its_record_is_refused_whatever_strings_the_pickle_holds(
     string ``é`` made it fail, and the check that a storage fits its record was skipped (the memory map
     then reached 16 bytes past the record; a plain load refuses the file)."""
     path = _saved(tmp_path, {"w": torch.ones(4)})
-    with zipfile.ZipFile(path) as archive:
-        entries = {name: archive.read(name) for name in archive.namelist()}
-    pickled = next(name for name in entries if name.endswith("/data.pkl"))
-    original = entries[pickled]
-    changed = original.replace(b"X\x01\x00\x00\x00w", b"U\x02\xc3\xa9", 1)  # SHORT_BINSTRING
-    changed = changed.replace(b"X\x03\x00\x00\x00cpuq\x06K\x04", b"X\x03\x00\x00\x00cpuq\x06K\x08", 1)
-    assert changed.count(b"\xc3\xa9") == 1 and b"K\x08" in changed
-    entries[pickled] = changed
-    with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED) as archive:
-        for name, data in entries.items():
-            archive.writestr(name, data)
+
+    def change(original: bytes) -> bytes:
+        changed = original.replace(b"X\x01\x00\x00\x00w", b"U\x02\xc3\xa9", 1)  # SHORT_BINSTRING
+        changed = changed.replace(FOUR_ELEMENTS, EIGHT_ELEMENTS, 1)
+        assert changed.count(b"\xc3\xa9") == 1 and EIGHT_ELEMENTS in changed
+        return changed
+
+    _with_data_pkl_changed(path, change)
     with pytest.raises(RuntimeError):
         torch.load(path, weights_only=True)  # what a plain load says: the record is too short
     for found in _both(path):
@@ -696,18 +702,15 @@ def test_a_memo_index_past_the_pickle_neither_hides_a_storage_past_its_record_no
     passed ``checkpoint.safe_load`` and verify wrote a receipt (torch's unpickler keeps a dict and reads the
     file). An index of 2**28 filled 4.5 GB. The file is refused for the storage, within a few MB."""
     path = _saved(tmp_path, {"w": torch.ones(4)})
-    with zipfile.ZipFile(path) as archive:
-        entries = {name: archive.read(name) for name in archive.namelist()}
-    pickled = next(name for name in entries if name.endswith("/data.pkl"))
-    original = entries[pickled]
-    assert original.startswith(b"\x80\x02}q\x00")  # PROTO 2, EMPTY_DICT, BINPUT 0
-    changed = original[:5] + b"r" + struct.pack("<I", memo) + original[5:]  # LONG_BINPUT memo
-    changed = changed.replace(b"X\x03\x00\x00\x00cpuq\x06K\x04", b"X\x03\x00\x00\x00cpuq\x06K\x08", 1)
-    assert b"K\x08" in changed
-    entries[pickled] = changed
-    with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED) as archive:
-        for name, data in entries.items():
-            archive.writestr(name, data)
+
+    def change(original: bytes) -> bytes:
+        assert original.startswith(b"\x80\x02}q\x00")  # PROTO 2, EMPTY_DICT, BINPUT 0
+        changed = original[:5] + b"r" + struct.pack("<I", memo) + original[5:]  # LONG_BINPUT memo
+        changed = changed.replace(FOUR_ELEMENTS, EIGHT_ELEMENTS, 1)
+        assert EIGHT_ELEMENTS in changed
+        return changed
+
+    _with_data_pkl_changed(path, change)
     with pytest.raises(RuntimeError):
         torch.load(path, weights_only=True)  # what a plain load says: the record is too short
     tracemalloc.start()
