@@ -170,6 +170,52 @@ def test_a_file_that_changes_while_it_is_hashed_fails_its_own_audits_not_every_a
     assert outcome.report["teardown"]["answer"] == "no"
 
 
+def test_a_checkpoint_that_changes_while_it_is_read_in_one_pass_fails_its_own_audits(
+    run_audits, pytester: pytest.Pytester, project: Path, capsule_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A checkpoint hashed and scanned in one read (``RUNAUDIT_ONE_PASS``, the path of checkpoints larger
+    than the page cache) and renamed over meanwhile raised a RuntimeError to every audit of it: ``error``
+    verdicts with a traceback each. It now fails its own audits in one line, as any file that changed while
+    it was hashed does, and the teardown answer is no."""
+    pytester.makepyfile(
+        swapper=f"""
+        import importlib
+        import os
+        from pathlib import Path
+
+        # sys.modules' own: an earlier in-process session may leave another as the package's attribute
+        checkpoints = importlib.import_module("runaudit.checkpoints")
+
+        BEST = Path({str(capsule_dir / "best.pth")!r})
+        read_once = checkpoints._hash_and_scan
+
+        def rewritten_while_read(handle, spans):
+            found = read_once(handle, spans)
+            if os.path.samestat(os.fstat(handle.fileno()), BEST.stat()):
+                BEST.with_name("copy.pth").write_bytes(BEST.read_bytes())
+                os.replace(BEST.with_name("copy.pth"), BEST)  # the same bytes, another file
+            return found
+
+        def pytest_configure(config):
+            checkpoints._hash_and_scan = rewritten_while_read
+
+        def pytest_unconfigure(config):
+            checkpoints._hash_and_scan = read_once
+        """
+    )
+    pytester.syspathinsert()
+    monkeypatch.setenv("RUNAUDIT_ONE_PASS", "always")
+    outcome = run_audits(capsule_dir, project, "-m", "custody", "--runaudit-fresh-hashes", "-p", "swapper")
+    verdicts = outcome.report["verdicts"]
+    assert not [item for item in verdicts if item["verdict"] == "error"], outcome.result.stdout.str()[-2000:]
+    best = [item for item in verdicts if "best.pth" in item["subject"]]
+    assert {item["audit"] for item in best} >= {"manifest.sha256", "checkpoint.safe_load"}
+    for item in best:
+        if item["audit"] in ("manifest.sha256", "checkpoint.safe_load"):
+            assert item["verdict"] == "failed" and "changed while it was" in item["message"], item
+    assert outcome.report["teardown"]["answer"] == "no"
+
+
 def test_ctrl_c_before_the_hashes_is_never_a_yes(
     pytester: pytest.Pytester, project: Path, capsule_dir: Path
 ) -> None:
