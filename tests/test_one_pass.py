@@ -6,6 +6,7 @@ again only where a storage holds a non-finite value; sessions and ``verify`` lea
 from __future__ import annotations
 
 import collections
+import functools
 import hashlib
 import io
 import json
@@ -716,7 +717,7 @@ def test_a_memo_index_past_the_pickle_neither_hides_a_storage_past_its_record_no
     tracemalloc.start()
     try:
         with path.open("rb") as handle:
-            problem = checkpoints._archive_problem(handle, torch)
+            problem = checkpoints._archive_problem(handle, torch, str(path))
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
@@ -844,3 +845,101 @@ def test_a_container_met_through_many_references_is_walked_once(
     monkeypatch.setattr(checkpoints, "MAX_OBJECTS", 1_000_000)  # 800 × 3000 references: still counted
     with pytest.raises(CheckpointRefused, match="expands past"):
         inspect(path)
+
+
+def _rezipped(
+    path: Path, records: Callable[[dict[str, bytes]], list[tuple[zipfile.ZipInfo | str, bytes]]]
+) -> None:
+    """``path``'s archive rewritten, every record stored, as ``records`` lays out its entries."""
+    with zipfile.ZipFile(path) as archive:
+        entries = {name: archive.read(name) for name in archive.namelist()}
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED) as archive:
+        for name, data in records(entries):
+            archive.writestr(name, data)
+
+
+def _refusal(path: Path) -> tuple[str | None, str | None]:
+    """What ``inspect`` and the one-pass inspection each say of ``path``: the refusal, or None if it loaded."""
+    said: list[str | None] = []
+    for reader in (inspect, lambda file: inspect_in_one_pass(file)[0]):
+        try:
+            found = reader(path)
+        except CheckpointRefused as refused:
+            found = refused
+        said.append(str(found) if isinstance(found, CheckpointRefused) else None)
+    return said[0], said[1]
+
+
+def _with_case_twins(entries: dict[str, bytes], twin: str, lie_first: bool) -> list[tuple[str, bytes]]:
+    """The entries with a twin whose name differs only in case: a 4-byte ``data/A`` beside the real
+    ``data/a`` (the storage renamed ``a``), or a ``DATA.pkl`` declaring 12 elements beside ``data.pkl``."""
+    prefix = next(name for name in entries if name.endswith("/data.pkl")).split("/")[0]
+    laid: list[tuple[str, bytes]] = []
+    for name, data in entries.items():
+        twins = []
+        if twin == "storage" and name == f"{prefix}/data.pkl":
+            assert b"X\x01\x00\x00\x000" in data  # the storage key "0", renamed "a"
+            data = data.replace(b"X\x01\x00\x00\x000", b"X\x01\x00\x00\x00a", 1)
+        if twin == "storage" and name == f"{prefix}/data/0":
+            twins = [(f"{prefix}/data/A", data[:4]), (f"{prefix}/data/a", data)]
+        if twin == "data.pkl" and name == f"{prefix}/data.pkl":
+            assert b"K\n" in data  # the storage's 10 elements, 12 in the twin
+            twins = [(f"{prefix}/DATA.pkl", data.replace(b"K\n", b"K\x0c", 1)), (name, data)]
+        laid += (twins if lie_first else twins[::-1]) or [(name, data)]
+    return laid
+
+
+@pytest.mark.parametrize("twin", ["storage", "data.pkl"])
+def test_entries_whose_names_differ_only_in_case_are_refused(tmp_path: Path, twin: str) -> None:
+    """torch's zip reader looks a record up with ASCII case folded; Python's ``zipfile`` and the checks
+    matched names exactly. With ``data/A`` (4 bytes) beside ``data/a`` (the real 40), the checks sized ``a``
+    while torch mapped ``A`` and read zip headers as weights; with ``DATA.pkl`` beside ``data.pkl``, torch
+    loaded a pickle the checks never listed. Which twin torch takes depends on the layout, so both orders
+    are built: a plain ``torch.load`` refuses at least one, and a receipt was written for it."""
+    refused_by_torch = []
+    for lie_first in (True, False):
+        folder = tmp_path / str(lie_first)
+        folder.mkdir()
+        path = _saved(folder, {"w": torch.arange(10, dtype=torch.float32)})
+        _rezipped(path, functools.partial(_with_case_twins, twin=twin, lie_first=lie_first))
+        try:
+            torch.load(path, weights_only=True)
+        except RuntimeError:
+            refused_by_torch.append(lie_first)
+        for problem in _refusal(path):
+            assert problem is not None and "differ only in case" in problem, (lie_first, problem)
+    assert refused_by_torch, (
+        "neither layout made torch read the other twin: the test no longer builds the lie"
+    )
+
+
+def test_a_record_whose_size_two_zip64_fields_give_differently_is_refused(tmp_path: Path) -> None:
+    """A central entry sized 0xFFFFFFFF carried two ZIP64 extra fields: ``zipfile`` reads on to the second
+    (40 bytes, enough for the storage), torch's reader takes the first. The record held 4 bytes; the memory
+    map read 36 bytes of zip headers as weights, a plain ``torch.load`` refused, and a receipt was written.
+    Records are now taken where and as large as torch's own reader finds them, or the file is refused."""
+    path = _saved(tmp_path, {"w": torch.arange(10, dtype=torch.float32)})
+
+    def with_two_sizes(entries: dict[str, bytes]) -> list[tuple[zipfile.ZipInfo | str, bytes]]:
+        laid: list[tuple[zipfile.ZipInfo | str, bytes]] = []
+        for name, data in entries.items():
+            if name.endswith("/data/0"):
+                info = zipfile.ZipInfo(name)
+                info.extra = struct.pack("<HHQ", 1, 8, 0xFFFFFFFF) + struct.pack("<HHQ", 1, 8, len(data))
+                laid.append((info, data[:4]))
+            else:
+                laid.append((name, data))
+        return laid
+
+    _rezipped(path, with_two_sizes)
+    raw = bytearray(path.read_bytes())
+    entry = raw.rindex(b"PK\x01\x02", 0, raw.rindex(b"/data/0"))  # the record's central entry
+    raw[entry + 24 : entry + 28] = struct.pack("<I", 0xFFFFFFFF)  # uncompressed size: see the ZIP64 field
+    path.write_bytes(bytes(raw))
+    with zipfile.ZipFile(path) as archive:
+        [record] = [info for info in archive.infolist() if info.filename.endswith("/data/0")]
+        assert record.file_size == 40  # zipfile's reading: the storage's 10 floats fit
+    with pytest.raises(RuntimeError):
+        torch.load(path, weights_only=True)  # torch's reading: the record is not the storage's size
+    for problem in _refusal(path):
+        assert problem is not None and "torch's zip reader" in problem, problem
