@@ -233,3 +233,16 @@ def test_train_csv_lines_end_any_way_and_are_bounded_before_they_are_kept() -> N
     assert len(csv_lines(b"epoch\n" + b"\n" * (CSV_LINES_CAP - 1))) == CSV_LINES_CAP
     with pytest.raises(ValueError, match=f"more than {CSV_LINES_CAP:,} lines"):
         csv_lines(b"epoch\n" + b"\n" * CSV_LINES_CAP)
+
+
+def test_train_csv_cells_are_bounded_across_lines() -> None:
+    """256,000 lines of 1,023 commas (1,024 empty fields each, at the per-line cap) stayed under the file's
+    size cap and were kept one 8 KiB list per line: 3.7 GB from a 250 MB file. The cells of all lines
+    together are bounded too."""
+    from runaudit.reader import CSV_CELLS_CAP, CSV_FIELDS_CAP, csv_lines
+
+    line = b"," * (CSV_FIELDS_CAP - 1) + b"\n"
+    lines = CSV_CELLS_CAP // CSV_FIELDS_CAP
+    assert len(csv_lines(line * lines)) == lines
+    with pytest.raises(ValueError, match=f"more than {CSV_CELLS_CAP:,} fields"):
+        csv_lines(line * (lines + 1))
