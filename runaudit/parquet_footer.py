@@ -32,6 +32,13 @@ PHYSICAL_TYPES = (
 # Thrift field ids (parquet.thrift): FileMetaData.num_rows and row_groups, RowGroup.columns and num_rows,
 # ColumnChunk.meta_data, and ColumnMetaData.type, num_values, total_uncompressed_size.
 FILE_ROWS, ROW_GROUPS, COLUMNS, GROUP_ROWS, META_DATA, TYPE, NUM_VALUES, UNCOMPRESSED = 3, 4, 1, 3, 3, 1, 5, 6
+# ColumnMetaData's total_compressed_size, data_page_offset and dictionary_page_offset; PageHeader's type,
+# uncompressed_page_size, compressed_page_size and its three headers that count values (a data page's, a
+# dictionary page's, a version 2 data page's), each with num_values first.
+COMPRESSED, DATA_PAGE_AT, DICTIONARY_PAGE_AT = 7, 9, 11
+PAGE_TYPE, PAGE_UNCOMPRESSED, PAGE_COMPRESSED, DATA_PAGE, DICTIONARY_PAGE, DATA_PAGE_V2 = 1, 2, 3, 5, 7, 8
+PAGE_HEADER_CAP = 16 << 20  # bytes of one page header (statistics included); a real one is under 1 KB
+PAGES_CAP = 100_000  # pages in one file: a 1.5 GiB table in 1 MiB pages has ~1,500
 _STOP, _TRUE, _FALSE, _BYTE, _I16, _I32, _I64, _DOUBLE, _BINARY, _LIST, _SET, _MAP, _STRUCT = range(13)
 
 
@@ -69,6 +76,7 @@ def column_chunks(handle: BinaryIO) -> list[Chunk]:
         raise FooterError(f"its footer claims {length} bytes, past what the file or the reader's cap holds")
     handle.seek(size - 8 - length)
     metadata = _Reader(handle.read(length)).struct(0)
+    pages = _PageWalk(handle, size - 8 - length)
     chunks = []
     grouped = 0
     for group in _field(metadata, ROW_GROUPS, list):
@@ -87,10 +95,69 @@ def column_chunks(handle: BinaryIO) -> list[Chunk]:
                     f"a column chunk says {chunk.num_values} values in a row group of {rows} rows; every row "
                     "holds at least one"
                 )
+            pages.check(meta, chunk)
             chunks.append(chunk)
     if grouped != (rows := _field(metadata, FILE_ROWS, int)):
         raise FooterError(f"its row groups hold {grouped} rows, but the file says {rows}")
     return chunks
+
+
+class _PageWalk:
+    """The page headers of each column chunk, read in turn from the file before any page is decoded.
+
+    A reader decodes the values each page header counts, whatever the footer says: a 10 KB table whose
+    footer gave a list column 718 values held 430 million in one dictionary-encoded page, and pyarrow
+    decoded them all (1.7 GB of floats, a session at 4.9 GB). The values the data pages count and the bytes
+    every page inflates to may not exceed what the footer declares for the chunk, on which the readers'
+    memory bound rests.
+    """
+
+    def __init__(self, handle: BinaryIO, footer_at: int) -> None:
+        self.handle, self.footer_at, self.walked = handle, footer_at, 0
+
+    def check(self, meta: dict[int, Any], chunk: Chunk) -> None:
+        at = _field(meta, DATA_PAGE_AT, int)
+        dictionary_at = meta.get(DICTIONARY_PAGE_AT)
+        if isinstance(dictionary_at, int) and not isinstance(dictionary_at, bool) and 0 < dictionary_at < at:
+            at = dictionary_at
+        end = at + _field(meta, COMPRESSED, int)
+        if not 4 <= at <= end <= self.footer_at:
+            raise FooterError(f"a column chunk spans bytes {at} to {end}, outside the file's data")
+        values = inflated = 0
+        while at < end:
+            self.walked += 1
+            if self.walked > PAGES_CAP:
+                raise FooterError(f"it holds more than {PAGES_CAP} pages")
+            header, length = self._header(at, end)
+            compressed = _field(header, PAGE_COMPRESSED, int)
+            inflated += _field(header, PAGE_UNCOMPRESSED, int)
+            for kind in (DATA_PAGE, DATA_PAGE_V2):
+                if kind in header:
+                    values += _field(_field(header, kind, dict), 1, int)
+            if compressed < 0 or inflated < 0 or values < 0:
+                raise FooterError("a page header holds a negative size or count")
+            at += length + compressed
+        if at != end:
+            raise FooterError(f"a column chunk's pages run past its end (byte {at}, not {end})")
+        if values > chunk.num_values or inflated > chunk.total_uncompressed_size:
+            raise FooterError(
+                f"a column chunk's pages hold {values} values in {inflated} bytes, but its footer says "
+                f"{chunk.num_values} values in {chunk.total_uncompressed_size}: a reader decodes what the pages hold"
+            )
+
+    def _header(self, at: int, end: int) -> tuple[dict[int, Any], int]:
+        """The page header at byte ``at`` and its length, read in a window that grows as it needs to."""
+        window = 4096
+        while True:
+            self.handle.seek(at)
+            data = self.handle.read(min(window, end - at))
+            reader = _Reader(data)
+            try:
+                return reader.struct(0), reader.at
+            except FooterError:
+                if len(data) < window or window >= PAGE_HEADER_CAP:
+                    raise
+                window *= 16
 
 
 def _field(struct_: dict[int, Any], field: int, kind: type) -> Any:

@@ -437,10 +437,11 @@ def test_the_footer_reader_agrees_with_pyarrow_and_refuses_what_it_cannot_follow
             column_chunks(io.BytesIO(broken))
 
 
-def _zigzag_varint(value: int) -> bytes:
-    """``value`` as Thrift's compact protocol writes an i64: zigzag, then 7 bits a byte."""
+def _zigzag_varint(value: int, width: int = 0) -> bytes:
+    """``value`` as Thrift's compact protocol writes an i64: zigzag, then 7 bits a byte (padded with
+    continued zero groups to ``width`` bytes, which readers accept: a count rewritten in place)."""
     value, out = value << 1, bytearray()
-    while value >= 0x80:
+    while value >= 0x80 or len(out) + 1 < width:
         out.append(value & 0x7F | 0x80)
         value >>= 7
     return bytes([*out, value])
@@ -482,6 +483,38 @@ def test_a_footer_whose_counts_understate_its_row_group_is_refused_before_a_row_
         read_footer(lambda: path.open("rb"), "results.parquet", "capsule.results_table")
     whole = io.BytesIO(data)  # the honest file is read as before
     assert [chunk.num_values for chunk in column_chunks(whole)] == [100_000, 100_000]
+
+
+def test_a_list_column_whose_footer_understates_its_pages_values_is_refused_before_a_value_is_decoded(
+    tmp_path: Path,
+) -> None:
+    """A 10 KB results table's ``output`` column held 430 million zeros in one dictionary-encoded page,
+    while the footer said 718 values (no fewer than the rows, so the row-group checks held): pyarrow decoded
+    what the page header counts (1.7 GB of floats, a session at 4.9 GB) and ``capsule.results_table``
+    passed. Here 200,000 values in 20 rows are made to say 20000 in the footer (rewritten in place, the
+    count padded to its encoded width)."""
+    import io
+
+    from runaudit.parquet_footer import FooterError, column_chunks
+
+    path = tmp_path / "results.parquet"
+    rows, width = 20, 10_000
+    table = pa.table({"output": pa.array([[0.0] * width] * rows, type=pa.list_(pa.float32()))})
+    pq.write_table(table, path, use_dictionary=True, compression="zstd")
+    data = path.read_bytes()
+    length = int.from_bytes(data[-8:-4], "little")
+    start = len(data) - 8 - length
+    honest = b"\x16" + _zigzag_varint(rows * width)  # ColumnMetaData.num_values, field 5 after field 4
+    claimed = b"\x16" + _zigzag_varint(rows * 1_000, width=len(honest) - 1)
+    footer = data[start:-8]
+    assert footer.count(honest) == 1 and len(claimed) == len(honest)
+    path.write_bytes(data[:start] + footer.replace(honest, claimed) + data[-8:])
+    assert pq.ParquetFile(path).metadata.row_group(0).column(0).num_values == rows * 1_000
+    decoded = pq.read_table(path)["output"].combine_chunks().values
+    assert len(decoded) == rows * width  # what pyarrow decodes: the pages' count, not the footer's
+    with path.open("rb") as handle, pytest.raises(FooterError, match=f"pages hold {rows * width} values"):
+        column_chunks(handle)
+    assert [chunk.num_values for chunk in column_chunks(io.BytesIO(data))] == [rows * width]  # honest: read
 
 
 def test_a_reader_error_an_audit_owns_is_its_one_line_not_a_chained_raw_exception(
