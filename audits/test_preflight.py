@@ -8,7 +8,7 @@ names the ``--runaudit-budget`` key; a disk or memory already at its alarm level
 
 from __future__ import annotations
 
-import datetime as dt
+import contextlib
 import importlib.util
 import os
 import secrets
@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from runaudit import cadence, gpu, host
+from runaudit import cadence, clock, gpu, host
 from runaudit.fixtures.preflight import Place, Preflight, places
 from runaudit.fixtures.verdicts import AuditRecorder
 from runaudit.platforms import STALE_AFTER_MONTHS
@@ -301,7 +301,8 @@ def test_durable_writable(run: Run, preflight: Preflight, audit: AuditRecorder) 
         except OSError as exc:
             problems.append(f"{folder}: cannot create and write a file ({exc.strerror})")
         finally:
-            probe.unlink(missing_ok=True)
+            with contextlib.suppress(OSError):  # a read-only folder: the problem above says so
+                probe.unlink(missing_ok=True)
     exports = [run.root / "export", run.root / "export" / ".partial"]
     if all(folder.is_dir() for folder in exports) and len({folder.stat().st_dev for folder in exports}) > 1:
         problems.append(

@@ -17,6 +17,12 @@ def utc_now() -> str:
     return utc_text(dt.datetime.now(dt.UTC))
 
 
+def today() -> dt.date:
+    """The UTC date that fact stamps (a profile's ``verified = "2026-06"``) are judged against: one date for
+    ``down``, ``profiles`` and the preflight gate, whatever the machine's time zone (tests fix it here)."""
+    return dt.datetime.now(dt.UTC).date()
+
+
 def utc_text(moment: dt.datetime) -> str:
     """``moment`` (aware) as ``YYYY-MM-DDTHH:MM:SSZ``."""
     return moment.astimezone(dt.UTC).isoformat(timespec="seconds").replace("+00:00", "Z")

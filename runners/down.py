@@ -68,6 +68,7 @@ from pathlib import Path
 from typing import Any
 
 import runaudit
+from runaudit import clock
 from runaudit.atomic import write_json_atomic
 from runaudit.clock import stamp, utc_text
 from runaudit.ids import is_safe_id
@@ -921,7 +922,7 @@ def gate(
     if profile.needs_member:
         members = ", ".join(f"{profile.platform}:{name}" for name in profile.members)
         raise Refused(f"down refused: {profile.name}'s teardown differs per member; pass one of {members}")
-    today = today or dt.date.today()
+    today = today or clock.today()
     for line in plan_lines(profile, target, today):
         say(line)
     if approval.abandoned:

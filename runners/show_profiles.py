@@ -10,6 +10,7 @@ import argparse
 import datetime as dt
 import sys
 
+from runaudit import clock
 from runaudit.platforms import STALE_AFTER_MONTHS, Profile, ProfileError, load_profile, profile_names
 from runaudit.runners.down import plan_lines
 
@@ -56,7 +57,7 @@ def detail_lines(profile: Profile, today: dt.date) -> list[str]:
 
 
 def _main(args: argparse.Namespace) -> int:
-    today = dt.date.today()
+    today = clock.today()
     if args.name:
         for line in detail_lines(load_profile(args.name), today):
             print(line)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import gc
 import importlib
 import io
@@ -38,6 +39,7 @@ import yaml  # noqa: F401  # libyaml's C parser keeps the first yaml module's re
 import runaudit.reports.collector  # noqa: F401
 import runaudit.reports.html  # noqa: F401
 import runaudit.reports.page  # noqa: F401
+from runaudit import clock
 from runaudit.examples.digits.build import DEMO_RUN_ID, ensure_demo
 
 PIL.Image.init()
@@ -117,6 +119,18 @@ def _collect_the_heap_less_often() -> None:
 
 
 _collect_the_heap_less_often()
+
+
+# The date the shipped profiles' fact stamps are judged on in these tests. Against the real date, every
+# test of an approved teardown began to fail six months after the stamps were written (the governing fact
+# goes stale, and down refuses, as it must for a user); tests of staleness give their own dates.
+FACTS_JUDGED_ON = dt.date(2026, 12, 1)
+
+
+@pytest.fixture(autouse=True)
+def facts_judged_on_a_fixed_date(monkeypatch: pytest.MonkeyPatch) -> dt.date:
+    monkeypatch.setattr(clock, "today", lambda: FACTS_JUDGED_ON)
+    return FACTS_JUDGED_ON
 
 
 @pytest.fixture(scope="session", autouse=True)

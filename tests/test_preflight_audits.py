@@ -186,7 +186,7 @@ def test_a_box_is_checked_before_its_run_folder_exists(run_audits, tmp_path: Pat
 
 
 def test_stale_governing_facts_fail_and_fresh_ones_pass(
-    run_audits, live_project: Path, tmp_path: Path
+    run_audits, live_project: Path, tmp_path: Path, facts_judged_on_a_fixed_date: dt.date
 ) -> None:
     stale = run_audits(
         RUN,
@@ -200,7 +200,7 @@ def test_stale_governing_facts_fail_and_fresh_ones_pass(
     assert item["verdict"] == "failed"
     assert "runpod.teardown.terminate_deletes_volume (2001-01)" in item["message"]
     assert "runpod.other.no_spot_account_gate" not in item["message"]  # not a teardown fact
-    this_month = f"{dt.date.today():%Y-%m}"
+    this_month = f"{facts_judged_on_a_fixed_date:%Y-%m}"
     fresh = run_audits(
         RUN,
         live_project,
@@ -301,3 +301,45 @@ def test_the_writers_own_saves_are_measured_while_the_run_trains(run_audits, tmp
     item = outcome.find("preflight.checkpoint_cadence")[0]
     assert item["verdict"] == "disclosed" and "Young/Daly gives" in item["message"], item
     assert item["evidence"]["saves_measured"] == 3 and item["evidence"]["every_s"] is not None
+
+
+def test_a_read_only_project_root_fails_durable_writable_in_one_line(
+    run_audits, pytester: pytest.Pytester, live_project: Path
+) -> None:
+    """On a read-only mount the probe is never created, and removing it raised EROFS out of the audit: an
+    ``error`` with a traceback where the verdict is a plain failure. (Root writes through permission bits,
+    so the mount is played by a plugin that refuses writes under the project root as the kernel does.)"""
+    pytester.makepyfile(
+        read_only=f"""
+        import errno
+        import os
+        import pathlib
+
+        ROOT = {str(live_project)!r}
+        real_open, real_unlink = os.open, pathlib.Path.unlink
+
+        def refused(path):
+            return OSError(errno.EROFS, os.strerror(errno.EROFS), str(path))
+
+        def opening(path, flags, *rest, **named):
+            if str(path).startswith(ROOT) and flags & os.O_CREAT:
+                raise refused(path)
+            return real_open(path, flags, *rest, **named)
+
+        def unlinking(self, missing_ok=False):
+            if str(self).startswith(ROOT):
+                raise refused(self)
+            return real_unlink(self, missing_ok=missing_ok)
+
+        def pytest_configure(config):
+            os.open, pathlib.Path.unlink = opening, unlinking
+
+        def pytest_unconfigure(config):
+            os.open, pathlib.Path.unlink = real_open, real_unlink
+        """
+    )
+    pytester.syspathinsert()
+    outcome = run_audits(RUN, live_project, "-m", "preflight", "-k", "durable_writable", "-p", "read_only")
+    [item] = outcome.find("preflight.durable_writable")
+    assert item["verdict"] == "failed", item
+    assert "cannot create and write a file (Read-only file system)" in item["message"]
