@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -48,3 +49,23 @@ def test_run_demo_builds_audits_and_reports_from_a_bare_root(tmp_path: Path) -> 
     assert report["custody_ok"] is True and report["summary"]["failed"] == 0
     assert (tmp_path / "export" / DEMO_RUN_ID / "run.json").is_file()
     assert not (tmp_path / "quarantine").exists()
+
+
+def test_run_demo_with_a_cache_it_cannot_write_is_one_line(tmp_path: Path) -> None:
+    """A cache folder that cannot be created (a read-only mount, a container's ``--user`` with no HOME, a
+    full disk) ended ``--run=demo`` in a 70-line INTERNALERROR; it is one usage line naming the folder."""
+    (tmp_path / "a-file").write_text("not a folder")
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "--run=demo", "-p", "no:cacheprovider"],
+        cwd=tmp_path,
+        env={**os.environ, "XDG_CACHE_HOME": str(tmp_path / "a-file")},
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    said = done.stdout + done.stderr
+    assert done.returncode == 4, said  # pytest's usage error
+    assert "INTERNALERROR" not in said and "Traceback" not in said, said
+    [line] = [line for line in said.splitlines() if "--run=demo" in line]
+    assert f"cannot build the demo under {tmp_path / 'a-file'}" in line and "XDG_CACHE_HOME" in line

@@ -21,6 +21,11 @@ def pytest_runaudit_build_demo(demo_root: Path) -> Path:
             return ensure_demo(demo_root, progress=sys.stderr)
         except DemoBuildError as exc:
             raise ResolutionError(f"--run=demo: {exc}") from None
+        except OSError as exc:  # a read-only or full cache, a HOME that does not exist (a container's --user)
+            raise ResolutionError(
+                f"--run=demo: cannot build the demo under {demo_root}: {exc.strerror or exc} "
+                f"({exc.filename or demo_root}); point XDG_CACHE_HOME at a writable folder with room to spare"
+            ) from None
     except ImportError as exc:
         raise ResolutionError(
             f"--run=demo needs the demo's dependencies ({exc.name} is missing): pip install 'runaudit[demo]'"
