@@ -385,7 +385,9 @@ def test_digests_taken_before_fork_are_reused_only_while_the_bytes_are_untouched
     hashing.hash_before_fork([kept, changed])()
     changed.write_bytes(b"c" * 4096)  # same size: only the stat key (mtime, ctime) tells
     read: list[Path] = []
-    monkeypatch.setattr(hashing, "sha256_file", lambda path, progress=None: read.append(path) or "0" * 64)
+    monkeypatch.setattr(
+        hashing, "sha256_file", lambda path, progress=None, stop=None: read.append(path) or "0" * 64
+    )
     digests = hashing.hash_files([kept, changed])
     assert read == [changed]  # the untouched file was not read again, the changed one was
     assert digests[kept] == hashing.Digest(hashlib.sha256(b"a" * 4096).hexdigest(), 4096, "fresh")
@@ -429,7 +431,9 @@ def test_digests_hashed_in_a_forked_process_are_kept_whole_or_not_at_all(
     assert hashing._hashed_before_fork == {}  # nothing kept: each session hashes its files itself
     hashing.hash_before_fork(files)()
     read: list[Path] = []
-    monkeypatch.setattr(hashing, "sha256_file", lambda path, progress=None: read.append(path) or "0" * 64)
+    monkeypatch.setattr(
+        hashing, "sha256_file", lambda path, progress=None, stop=None: read.append(path) or "0" * 64
+    )
     digests = hashing.hash_files(files)
     assert read == []  # every digest came from the hashing process
     assert [digests[path] for path in files] == [

@@ -8,7 +8,11 @@ would, and checks every part that answers the teardown question: the report's ba
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import signal
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -17,6 +21,7 @@ from runaudit import manifest as manifests
 from runaudit.cli import main
 from runaudit.examples.digits.build import DEMO_RUN_ID
 from runaudit.fixtures.subjects import custody_audits, expected_custody
+from runaudit.hashing import hash_files
 from runaudit.receipts import receipt_status
 from runaudit.resolve import Location, Root
 from runaudit.run import Run
@@ -145,8 +150,8 @@ def test_a_file_that_changes_while_it_is_hashed_fails_its_own_audits_not_every_a
         RESULTS = Path({str(capsule_dir / "test" / "main" / "results.parquet")!r})
         hash_once = hashing.sha256_file
 
-        def rewritten_while_hashed(path, progress=None):
-            digest = hash_once(path, progress)
+        def rewritten_while_hashed(path, progress=None, stop=None):
+            digest = hash_once(path, progress, stop)
             if Path(path) == RESULTS:
                 RESULTS.with_name("copy.parquet").write_bytes(RESULTS.read_bytes())
                 os.replace(RESULTS.with_name("copy.parquet"), RESULTS)  # the same bytes, another file
@@ -216,6 +221,47 @@ def test_a_checkpoint_that_changes_while_it_is_read_in_one_pass_fails_its_own_au
     assert outcome.report["teardown"]["answer"] == "no"
 
 
+def test_sigterm_while_a_huge_file_is_hashed_ends_the_session_within_a_chunk(
+    pytester: pytest.Pytester, project: Path, capsule_dir: Path
+) -> None:
+    """A ``train.csv`` made sparse to 1 TiB (a few KB on disk), listed at that size: a SIGTERM (a CI job's
+    timeout) wrote the interrupted report, and then the process waited at exit for its hashing thread to
+    read the whole TiB (12 minutes a TiB on the 2-core development machine; a second signal was needed).
+    The hashing stops at its next chunk instead."""
+    train = capsule_dir / "train.csv"
+    with train.open("r+b") as handle:
+        handle.truncate(1 << 40)
+    listed = project / "_trust" / "pulls" / DEMO_RUN_ID / manifests.MANIFEST
+    document = json.loads(listed.read_text())
+    for entry in document["files"]:
+        if entry["path"] == f"{DEMO_RUN_ID}/train.csv":
+            entry["bytes"] = 1 << 40
+    document["totals"]["bytes"] = sum(entry["bytes"] for entry in document["files"])
+    listed.write_text(json.dumps(document))
+    plugin = _with_plugin(pytester, "terminate_at_safe_load", TERMINATOR.format(prefix="test_safe_load"))
+    result = pytester.runpytest_subprocess(
+        *plugin, "-p", "no:cacheprovider", "--run", str(capsule_dir), "--root", str(project),
+        "--report-dir", "reports", "-m", "custody", "--runaudit-fresh-hashes", timeout=120,
+    )  # fmt: skip
+    assert result.ret == pytest.ExitCode.INTERRUPTED, result.stdout.str()[-2000:]
+    report = json.loads((pytester.path / "reports" / f"{DEMO_RUN_ID}.json").read_text())
+    assert report["custody_gate"]["session"] == "interrupted" and report["teardown"]["answer"] == "no"
+
+
+def test_ctrl_c_while_a_verb_hashes_a_huge_file_stops_at_the_next_chunk(tmp_path: Path) -> None:
+    """``pull``, ``manifest`` and ``verify`` hash on a pool of threads: a Ctrl-C reached the main thread, and
+    the pool's exit then waited for every file to be read (a sparse 1 TiB file: 12 minutes)."""
+    huge = tmp_path / "huge.bin"
+    with huge.open("wb") as handle:
+        handle.truncate(1 << 40)
+    threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGINT)).start()  # a Ctrl-C
+    started = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        hash_files([huge])
+    assert time.monotonic() - started < 60, "the hashing went on after the interrupt"
+    assert threading.active_count() == 1, "a hashing thread outlived the interrupt"
+
+
 def test_ctrl_c_before_the_hashes_is_never_a_yes(
     pytester: pytest.Pytester, project: Path, capsule_dir: Path
 ) -> None:
@@ -244,7 +290,7 @@ def test_a_session_ended_by_sigterm_writes_its_report_and_is_never_a_yes(
     """SIGTERM ended the process with no report, and the earlier session's "yes" stayed in the file."""
     whole = run_audits(capsule_dir, project, "-m", "custody").report
     assert whole is not None and whole["teardown"]["answer"] == "yes"
-    plugin = _with_plugin(pytester, "terminate_at_sha256", TERMINATOR.format(prefix="test_sha256"))
+    plugin = _with_plugin(pytester, "terminate_at_safe_load", TERMINATOR.format(prefix="test_safe_load"))
     result = pytester.runpytest_subprocess(
         *plugin, "-p", "no:cacheprovider", "--run", str(capsule_dir), "--root", str(project),
         "--report-dir", "reports", "-m", "custody", timeout=300,
