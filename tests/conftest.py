@@ -9,6 +9,7 @@ import io
 import json
 import os
 import shutil
+import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from importlib import metadata
@@ -119,6 +120,23 @@ def _collect_the_heap_less_often() -> None:
 
 
 _collect_the_heap_less_often()
+
+
+# Where the tests keep their temporary folders when the system's temp folder is in memory.
+DISK_TEMP = ".pytest-tmp"
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config: pytest.Config) -> None:
+    """Keep pytest's temporary folders on a disk when the system's temp folder is a tmpfs (Debian 13's,
+    Fedora's and Arch's default ``/tmp``): the custody gate rightly refuses a copy held in memory, so the
+    demo project built there never verified and every test that uses it errored. They go under the
+    checkout's ``.pytest-tmp/`` instead (ignored by git, cleared at each session as ``--basetemp`` is).
+    A ``--basetemp`` given is kept; xdist's workers take theirs from the controller."""
+    from runaudit.mounts import in_memory
+
+    if config.option.basetemp is None and in_memory(Path(tempfile.gettempdir())):
+        config.option.basetemp = str(config.rootpath / DISK_TEMP)
 
 
 # The date the shipped profiles' fact stamps are judged on in these tests. Against the real date, every
