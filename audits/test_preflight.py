@@ -361,7 +361,7 @@ def test_profile_stamps(run: Run, preflight: Preflight, audit: AuditRecorder) ->
     profile = preflight.profile
     if profile is None:
         audit.not_run("no --runaudit-profile given: the platform's teardown facts cannot be date-checked")
-    today = dt.date.today()
+    today = clock.today()
     governing = profile.governing_stamps()
     audit.evidence(
         profile=profile.name,
