@@ -422,7 +422,7 @@ def test_the_project_code_runs_on_cpu_on_one_thread_with_trackers_off(smoke) -> 
             return checked
         """,
         "-k",
-        "runs",
+        "test_runs",  # -k also matches folder names: a checkout under "My Runs/" matched every audit
     )
     assert verdicts(outcome.report) == {"smoke.runs": "passed"}
 
@@ -489,7 +489,9 @@ def test_the_adapter_can_be_named_in_pyproject(pytester: pytest.Pytester) -> Non
     pytester.makepyfile(healthy=HEALTHY)
     pytester.syspathinsert()
     pytester.makefile(".toml", pyproject='[tool.runaudit]\nadapter = "healthy"\n')
-    result = pytester.runpytest("-p", "runaudit.fixtures.plugin", "-m", "smoke", "-k", "runs or gradient")
+    result = pytester.runpytest(
+        "-p", "runaudit.fixtures.plugin", "-m", "smoke", "-k", "test_runs or test_gradient"
+    )
     result.assert_outcomes(passed=2)
     result.stdout.no_fnmatch_line("*no adapter provides*")
 
@@ -517,7 +519,7 @@ def test_run_demo_brings_the_demos_own_adapter(
         "-m",
         "smoke",
         "-k",
-        "runs",
+        "test_runs",  # -k also matches folder names: a checkout under "My Runs/" matched every audit
     )
     assert result.ret == 0, result.stdout.str()
     report = json.loads((reports / "demo.json").read_text())
@@ -667,6 +669,6 @@ def test_a_checkpoint_without_the_noise_generator_fails_resume(
     )
     pytester.syspathinsert()
     (tmp_path / "active" / "plan").mkdir(parents=True)
-    outcome = run_audits("plan", tmp_path, "-p", "forgetful", "-m", "smoke", "-k", "resume")
+    outcome = run_audits("plan", tmp_path, "-p", "forgetful", "-m", "smoke", "-k", "test_resume")
     assert verdicts(outcome.report) == {"smoke.resume_roundtrip": "failed"}
     assert "rng.noise" in message(outcome.report, "smoke.resume_roundtrip")
