@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from runaudit.examples.digits.build import DEMO_RUN_ID
+from runaudit.verdict import shell_word
 
 
 def test_demo_capsule_passes_every_capsule_audit(run_audits, demo_project: Path) -> None:
@@ -43,8 +44,8 @@ def test_run_demo_builds_audits_and_reports_from_a_bare_root(tmp_path: Path) -> 
     )
     assert done.returncode == 0, done.stdout + done.stderr
     assert f"building the demo run under {tmp_path}" in done.stderr
-    assert f"runaudit: wrote {tmp_path / 'reports' / 'demo.json'}" in done.stdout
-    assert f"runaudit: wrote {tmp_path / 'reports' / 'demo.html'}" in done.stdout
+    for written in ("demo.json", "demo.html"):  # shell-quoted, as a user would paste it
+        assert f"runaudit: wrote {shell_word(str(tmp_path / 'reports' / written))}" in done.stdout
     report = json.loads((tmp_path / "reports" / "demo.json").read_text())
     assert report["custody_ok"] is True and report["summary"]["failed"] == 0
     assert (tmp_path / "export" / DEMO_RUN_ID / "run.json").is_file()

@@ -170,7 +170,13 @@ def start_sshbox(home: Path, environment: Mapping[str, str] | None = None) -> Ss
     }
     if environment:
         settings["SetEnv"] = " ".join(f'{name}="{value}"' for name, value in environment.items())
-    box.config.write_text("".join(f"{key} {value}\n" for key, value in settings.items()))
+    # A path in double quotes: sshd reads a space as the end of an argument (a TMPDIR with a space in it).
+    box.config.write_text(
+        "".join(
+            f'{key} "{value}"\n' if isinstance(value, Path) else f"{key} {value}\n"
+            for key, value in settings.items()
+        )
+    )
     key_type, key_body = box.host_key.with_suffix(".pub").read_text().split()[:2]
     box.known_hosts.write_text(f"[127.0.0.1]:{box.port} {key_type} {key_body}\n")
     box.start()
