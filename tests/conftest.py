@@ -122,21 +122,20 @@ def _collect_the_heap_less_often() -> None:
 _collect_the_heap_less_often()
 
 
-# Where the tests keep their temporary folders when the system's temp folder is in memory.
-DISK_TEMP = ".pytest-tmp"
-
-
 @pytest.hookimpl(tryfirst=True)
 def pytest_configure(config: pytest.Config) -> None:
     """Keep pytest's temporary folders on a disk when the system's temp folder is a tmpfs (Debian 13's,
     Fedora's and Arch's default ``/tmp``): the custody gate rightly refuses a copy held in memory, so the
-    demo project built there never verified and every test that uses it errored. They go under the
-    checkout's ``.pytest-tmp/`` instead (ignored by git, cleared at each session as ``--basetemp`` is).
-    A ``--basetemp`` given is kept; xdist's workers take theirs from the controller."""
+    demo project built there never verified and every test that uses it errored. They go to
+    ``~/.cache/runaudit-tests/tmp`` (``XDG_CACHE_HOME`` honoured; cleared at each session, as any
+    ``--basetemp`` is), outside the checkout, which the box tests push. A ``--basetemp`` given is kept;
+    xdist's workers take theirs from the controller."""
     from runaudit.mounts import in_memory
 
     if config.option.basetemp is None and in_memory(Path(tempfile.gettempdir())):
-        config.option.basetemp = str(config.rootpath / DISK_TEMP)
+        folder = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "runaudit-tests"
+        folder.mkdir(parents=True, exist_ok=True)  # pytest makes the basetemp itself, not its parents
+        config.option.basetemp = str(folder / "tmp")
 
 
 # The date the shipped profiles' fact stamps are judged on in these tests. Against the real date, every
