@@ -71,6 +71,8 @@ def build_manifest(
         refused += [f"{' / '.join(group)} (case-fold collision)" for group in casefold_collisions(tree.files)]
         if refused:
             raise ManifestError(f"capsule {run_id} cannot be listed: {', '.join(refused[:5])}")
+        if too_many := manifests.capsule_size_problems(tree.files):
+            raise ManifestError(too_many[0])
         files.update({rel: exports / rel for rel in tree.files})
         empty_dirs += tree.empty_dirs
     total = sum(path.stat().st_size for path in files.values())

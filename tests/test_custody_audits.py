@@ -490,6 +490,48 @@ def test_a_manifest_padded_with_files_nobody_holds_makes_no_case_of_each(
         assert [item["verdict"] for item in per_file] == ["not_run", "not_run"], per_file
 
 
+def test_a_capsule_past_the_file_cap_is_refused_by_its_manifest_and_never_listed(
+    project: Path, manifest_path: Path
+) -> None:
+    """Each listed file is two audit cases and two report entries: 20,000 empty tracker files, all allowed
+    by the layout and all listed, took 50 s and 0.95 GB, 60,000 took 107 s and 2.1 GB, and the JSON caps
+    admitted a million. A capsule holds at most CAPSULE_FILES_CAP files; a manifest listing more for one
+    capsule is refused whole (no case of each), and ``runaudit manifest`` will not write one. The cap is per
+    capsule: a pull of many capsules may list more in all."""
+    from runaudit.manifest import CAPSULE_FILES_CAP, contract_problems, manifest_problems, read_manifest
+    from runaudit.runners.manifest import ManifestError, build_manifest
+
+    document = json.loads(manifest_path.read_text())
+    listed = len(document["files"])
+    padding = CAPSULE_FILES_CAP + 1 - listed
+    fake = {"bytes": 0, "sha256": hashlib.sha256(b"").hexdigest()}
+    other = [{"path": f"other-run/{index}.csv", **fake} for index in range(listed)]
+    document["roster"].append("other-run")
+    document["files"] += other  # another capsule of the same pull: the cap is per capsule
+    document["totals"]["files"] += listed
+    manifest_path.write_text(json.dumps(document))
+    assert manifest_problems(read_manifest(manifest_path)) == []
+    document["files"] += [
+        {"path": f"{DEMO_RUN_ID}/trackers/tensorboard/run/events.out.tfevents.{index}", **fake}
+        for index in range(padding)
+    ]
+    document["totals"]["files"] += padding
+    manifest_path.write_text(json.dumps(document))
+    manifest = read_manifest(manifest_path)
+    for problems in (manifest_problems(manifest), contract_problems(manifest)):
+        assert [
+            line
+            for line in problems
+            if f"capsule {DEMO_RUN_ID} holds {CAPSULE_FILES_CAP + 1:,} files" in line
+        ]
+    events = project / "export" / DEMO_RUN_ID / "trackers" / "tensorboard" / "run"
+    events.mkdir(parents=True)
+    for index in range(padding):
+        (events / f"events.out.tfevents.{index}").touch()
+    with pytest.raises(ManifestError, match=f"capsule {DEMO_RUN_ID} holds {CAPSULE_FILES_CAP + 1:,} files"):
+        build_manifest(project, [DEMO_RUN_ID], "p2", subset=True, log=lambda line: None)
+
+
 # -- the per-file cases' protocol (fixtures/protocol.py) ------------------------------------------------
 
 
