@@ -56,6 +56,11 @@ def pytest_runtest_setup(item):
 """
 
 
+def _in_table(path: str) -> str:
+    """``path`` as the kernel's mount table spells it (a space is ``\\040``: a TMPDIR may hold one)."""
+    return path.replace(" ", "\\040")
+
+
 def _receipt(project: Path) -> Path:
     return project / "_trust" / "pulls" / DEMO_RUN_ID / RECEIPT
 
@@ -504,7 +509,7 @@ def test_a_verified_copy_on_another_machine_s_folder_or_in_memory_is_no_copy(
     assert receipt_status(project, [DEMO_RUN_ID]).ok
     table = tmp_path / "mountinfo"
     real = mounts.MOUNTINFO.read_text() if mounts.MOUNTINFO.exists() else ""
-    point = str(capsule_dir.parent.resolve()).replace(" ", "\\040")
+    point = _in_table(str(capsule_dir.parent.resolve()))
     table.write_text(
         real + f"900 1 0:99 / {point} rw,nosuid - fuse.sshfs me@gpu-box:/srv/project/export rw\n"
     )
@@ -532,11 +537,11 @@ def test_a_verified_copy_on_another_machine_s_folder_or_in_memory_is_no_copy(
     (sys_block / "loop7" / "loop").mkdir(parents=True)
     (sys_block / "loop7" / "loop" / "backing_file").write_text(f"{ram}/runs.img\n")
     monkeypatch.setattr(mounts, "BLOCK_DEVICES", sys_block)
-    shm = f"901 1 0:98 / {ram} rw - tmpfs tmpfs rw\n"
+    shm = f"901 1 0:98 / {_in_table(ram)} rw - tmpfs tmpfs rw\n"
     for lines, why in (
         (
-            shm
-            + f"902 1 0:97 / {point} rw - overlay overlay rw,lowerdir=/usr,upperdir={ram}/up,workdir={ram}/w\n",
+            shm + f"902 1 0:97 / {point} rw - overlay overlay rw,lowerdir=/usr,upperdir={_in_table(ram)}/up,"
+            f"workdir={_in_table(ram)}/w\n",
             f"an overlay mount of overlay whose storage lies on {ram}, a tmpfs in memory",
         ),
         (f"902 1 0:97 / {point} rw - ext4 /dev/zram0 rw\n", "/dev/zram0, a block device in memory"),
@@ -559,7 +564,7 @@ def test_a_verified_copy_on_another_machine_s_folder_or_in_memory_is_no_copy(
     verification = verify_pull(project, DEMO_RUN_ID, log=lambda line: None)
     assert [line for line in verification.problems if "a tmpfs in memory" in line], verification.problems
     # A mount inside the capsule folder: most of its files were the box's, and verify wrote a receipt.
-    inner = str((capsule_dir / "test").resolve()).replace(" ", "\\040")
+    inner = _in_table(str((capsule_dir / "test").resolve()))
     table.write_text(real + f"900 1 0:99 / {inner} rw - ext4 /dev/sdb1 rw\n")
     status = receipt_status(project, [DEMO_RUN_ID])
     assert (
@@ -614,7 +619,7 @@ def _fake_machine(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, storage: str)
     monkeypatch.setattr(mounts, "BLOCK_DEVICES", tmp_path / "sys" / "block")
     monkeypatch.setattr(mounts, "CLASS_BLOCK", tmp_path / "sys" / "class" / "block")
     monkeypatch.setattr(mounts, "MOUNTINFO", tmp_path / "mountinfo")
-    return folder, str(folder.resolve()).replace(" ", "\\040"), tmp_path / "mountinfo"
+    return folder, _in_table(str(folder.resolve())), tmp_path / "mountinfo"
 
 
 @pytest.mark.parametrize(
@@ -661,10 +666,10 @@ def test_a_copy_in_memory_under_dev_a_partition_or_device_mapper_is_no_copy(
     folder, point, table = _fake_machine(tmp_path, monkeypatch, ram)
     table.write_text(
         f"20 1 8:1 / / rw - ext4 /dev/sda1 rw\n"
-        f"901 20 0:98 / {ram} rw - tmpfs tmpfs rw\n"
+        f"901 20 0:98 / {_in_table(ram)} rw - tmpfs tmpfs rw\n"
         f"902 20 0:97 / {point} rw - {kind} {source} rw\n"
     )
-    assert why.format(point=point, ram=ram) in (mounts.in_memory(folder / "runs") or ""), why
+    assert why.format(point=folder.resolve(), ram=ram) in (mounts.in_memory(folder / "runs") or ""), why
 
 
 def test_storage_under_a_partition_or_device_mapper_on_a_disk_stays_a_copy(
@@ -680,8 +685,9 @@ def test_storage_under_a_partition_or_device_mapper_on_a_disk_stays_a_copy(
     root = "20 1 8:1 / / rw - ext4 /dev/sda1 rw\n"
     for lines in (
         f"902 20 0:97 / {point} rw - ext4 /dev/mapper/vg-home rw\n",
-        f"901 20 8:1 / {disk} rw - ext4 /dev/sda1 rw\n902 20 0:97 / {point} rw - ext4 /dev/loop7p1 rw\n",
-        f"901 20 7:8 / {disk} rw - ext4 /dev/loop8 rw\n902 20 0:97 / {point} rw - ext4 /dev/mapper/secret rw\n",
+        f"901 20 8:1 / {_in_table(disk)} rw - ext4 /dev/sda1 rw\n902 20 0:97 / {point} rw - ext4 /dev/loop7p1 rw\n",
+        f"901 20 7:8 / {_in_table(disk)} rw - ext4 /dev/loop8 rw\n"
+        f"902 20 0:97 / {point} rw - ext4 /dev/mapper/secret rw\n",
     ):
         table.write_text(root + lines)
         assert mounts.in_memory(folder / "runs") is None, lines
