@@ -32,11 +32,11 @@ PHYSICAL_TYPES = (
 # Thrift field ids (parquet.thrift): FileMetaData.num_rows and row_groups, RowGroup.columns and num_rows,
 # ColumnChunk.meta_data, and ColumnMetaData.type, num_values, total_uncompressed_size.
 FILE_ROWS, ROW_GROUPS, COLUMNS, GROUP_ROWS, META_DATA, TYPE, NUM_VALUES, UNCOMPRESSED = 3, 4, 1, 3, 3, 1, 5, 6
-# ColumnMetaData's total_compressed_size, data_page_offset and dictionary_page_offset; PageHeader's type,
-# uncompressed_page_size, compressed_page_size and its three headers that count values (a data page's, a
-# dictionary page's, a version 2 data page's), each with num_values first.
+# ColumnMetaData's total_compressed_size, data_page_offset and dictionary_page_offset; PageHeader's
+# uncompressed_page_size and compressed_page_size, and its headers of a data page and of a version 2 data
+# page, each with the page's num_values first (a dictionary page's entries are no values of the column).
 COMPRESSED, DATA_PAGE_AT, DICTIONARY_PAGE_AT = 7, 9, 11
-PAGE_TYPE, PAGE_UNCOMPRESSED, PAGE_COMPRESSED, DATA_PAGE, DICTIONARY_PAGE, DATA_PAGE_V2 = 1, 2, 3, 5, 7, 8
+PAGE_UNCOMPRESSED, PAGE_COMPRESSED, DATA_PAGE, DATA_PAGE_V2 = 2, 3, 5, 8
 PAGE_HEADER_CAP = 16 << 20  # bytes of one page header (statistics included); a real one is under 1 KB
 PAGES_CAP = 100_000  # pages in one file: a 1.5 GiB table in 1 MiB pages has ~1,500
 _STOP, _TRUE, _FALSE, _BYTE, _I16, _I32, _I64, _DOUBLE, _BINARY, _LIST, _SET, _MAP, _STRUCT = range(13)
@@ -129,14 +129,17 @@ class _PageWalk:
             if self.walked > PAGES_CAP:
                 raise FooterError(f"it holds more than {PAGES_CAP} pages")
             header, length = self._header(at, end)
-            compressed = _field(header, PAGE_COMPRESSED, int)
-            inflated += _field(header, PAGE_UNCOMPRESSED, int)
-            for kind in (DATA_PAGE, DATA_PAGE_V2):
-                if kind in header:
-                    values += _field(_field(header, kind, dict), 1, int)
-            if compressed < 0 or inflated < 0 or values < 0:
+            sizes = [_field(header, PAGE_COMPRESSED, int), _field(header, PAGE_UNCOMPRESSED, int)]
+            counts = [
+                _field(_field(header, kind, dict), 1, int)
+                for kind in (DATA_PAGE, DATA_PAGE_V2)
+                if kind in header
+            ]
+            if min(sizes + counts) < 0:
                 raise FooterError("a page header holds a negative size or count")
-            at += length + compressed
+            inflated += sizes[1]
+            values += sum(counts)
+            at += length + sizes[0]
         if at != end:
             raise FooterError(f"a column chunk's pages run past its end (byte {at}, not {end})")
         if values > chunk.num_values or inflated > chunk.total_uncompressed_size:
