@@ -56,6 +56,35 @@ def pytest_runtest_setup(item):
 """
 
 
+# A plugin that renames a copy of one capsule file over it right after ``module.function`` read it (the
+# same bytes, another file), as a process rewriting the capsule during a session would.
+SWAP_AFTER_READ = """
+import importlib
+import os
+from pathlib import Path
+
+# sys.modules' own: an earlier in-process session may leave another as the package's attribute
+module = importlib.import_module({module!r})
+TARGET = Path({target!r})
+read = getattr(module, {function!r})
+
+def swapped_after_read(what, *rest):
+    result = read(what, *rest)
+    found = os.fstat(what.fileno()) if hasattr(what, "fileno") else os.stat(what)
+    if os.path.samestat(found, TARGET.stat()):
+        copy = TARGET.with_name("swapped-copy")
+        copy.write_bytes(TARGET.read_bytes())
+        os.replace(copy, TARGET)
+    return result
+
+def pytest_configure(config):
+    setattr(module, {function!r}, swapped_after_read)
+
+def pytest_unconfigure(config):
+    setattr(module, {function!r}, read)
+"""
+
+
 def _in_table(path: str) -> str:
     """``path`` as the kernel's mount table spells it (a space is ``\\040``: a TMPDIR may hold one)."""
     return path.replace(" ", "\\040")
@@ -145,32 +174,10 @@ def test_a_file_that_changes_while_it_is_hashed_fails_its_own_audits_not_every_a
     """A file renamed over while the session's hashing thread read it raised out of the whole batch: 416
     audits ended in ``error`` (every one that needed a digest), and pytest's formatting of each error took
     the session from 3 s to minutes. The file that changed now fails its own audits, in one line."""
-    pytester.makepyfile(
-        rewriter=f"""
-        import os
-        from pathlib import Path
-
-        from runaudit import hashing
-
-        RESULTS = Path({str(capsule_dir / "test" / "main" / "results.parquet")!r})
-        hash_once = hashing.sha256_file
-
-        def rewritten_while_hashed(path, progress=None, stop=None):
-            digest = hash_once(path, progress, stop)
-            if Path(path) == RESULTS:
-                RESULTS.with_name("copy.parquet").write_bytes(RESULTS.read_bytes())
-                os.replace(RESULTS.with_name("copy.parquet"), RESULTS)  # the same bytes, another file
-            return digest
-
-        def pytest_configure(config):
-            hashing.sha256_file = rewritten_while_hashed
-
-        def pytest_unconfigure(config):
-            hashing.sha256_file = hash_once
-        """
-    )
-    pytester.syspathinsert()
-    outcome = run_audits(capsule_dir, project, "-m", "custody", "--runaudit-fresh-hashes", "-p", "rewriter")
+    results = capsule_dir / "test" / "main" / "results.parquet"
+    swapper = SWAP_AFTER_READ.format(module="runaudit.hashing", function="sha256_file", target=str(results))
+    plugin = _with_plugin(pytester, "rewriter", swapper)
+    outcome = run_audits(capsule_dir, project, "-m", "custody", "--runaudit-fresh-hashes", *plugin)
     verdicts = outcome.report["verdicts"]
     assert not [item for item in verdicts if item["verdict"] == "error"], outcome.result.stdout.str()[-2000:]
     [hashed] = [
@@ -187,35 +194,12 @@ def test_a_checkpoint_that_changes_while_it_is_read_in_one_pass_fails_its_own_au
     than the page cache) and renamed over meanwhile raised a RuntimeError to every audit of it: ``error``
     verdicts with a traceback each. It now fails its own audits in one line, as any file that changed while
     it was hashed does, and the teardown answer is no."""
-    pytester.makepyfile(
-        swapper=f"""
-        import importlib
-        import os
-        from pathlib import Path
-
-        # sys.modules' own: an earlier in-process session may leave another as the package's attribute
-        checkpoints = importlib.import_module("runaudit.checkpoints")
-
-        BEST = Path({str(capsule_dir / "best.pth")!r})
-        read_once = checkpoints._hash_and_scan
-
-        def rewritten_while_read(handle, spans):
-            found = read_once(handle, spans)
-            if os.path.samestat(os.fstat(handle.fileno()), BEST.stat()):
-                BEST.with_name("copy.pth").write_bytes(BEST.read_bytes())
-                os.replace(BEST.with_name("copy.pth"), BEST)  # the same bytes, another file
-            return found
-
-        def pytest_configure(config):
-            checkpoints._hash_and_scan = rewritten_while_read
-
-        def pytest_unconfigure(config):
-            checkpoints._hash_and_scan = read_once
-        """
+    swapper = SWAP_AFTER_READ.format(
+        module="runaudit.checkpoints", function="_hash_and_scan", target=str(capsule_dir / "best.pth")
     )
-    pytester.syspathinsert()
+    plugin = _with_plugin(pytester, "swapper", swapper)
     monkeypatch.setenv("RUNAUDIT_ONE_PASS", "always")
-    outcome = run_audits(capsule_dir, project, "-m", "custody", "--runaudit-fresh-hashes", "-p", "swapper")
+    outcome = run_audits(capsule_dir, project, "-m", "custody", "--runaudit-fresh-hashes", *plugin)
     verdicts = outcome.report["verdicts"]
     assert not [item for item in verdicts if item["verdict"] == "error"], outcome.result.stdout.str()[-2000:]
     best = [item for item in verdicts if "best.pth" in item["subject"]]
