@@ -82,6 +82,12 @@ def _interrupt_on_sigterm() -> Any:
 report_key = pytest.StashKey["VerdictReport"]()
 
 
+def _xdist_workers(config: pytest.Config) -> int:
+    """How many pytest-xdist workers this session starts beside the controller (0 without ``-n``)."""
+    workers = config.getoption("numprocesses", None)
+    return workers if isinstance(workers, int) else 0
+
+
 class VerdictReport:
     """Registered in ``pytest_configure`` on the controller only, when ``--run`` is given."""
 
@@ -128,7 +134,7 @@ class VerdictReport:
             # the page's modules load numpy: a JSON-only session (a cached custody re-audit) skips them
             from runaudit.reports import figures
 
-            self.predraw = figures.predraw_curves(self.run.path)
+            self.predraw = figures.predraw_curves(self.run.path, busy=1 + _xdist_workers(self.config))
 
     def _join_predraw(self, *, needed: bool) -> None:
         """Wait for the predrawn curves when a page will show them; otherwise (Ctrl-C, nothing ran) stop it."""

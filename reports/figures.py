@@ -7,7 +7,6 @@ green box. Evidence is untrusted input here, so malformed entries are named and 
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import warnings
@@ -17,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from runaudit.host import idle_cores
 from runaudit.reports import figure_cache, plots
 from runaudit.reports.history import History, read_history
 from runaudit.verdict import Verdict
@@ -252,14 +252,16 @@ def leakage_figure(doc: Mapping[str, Any]) -> Figure:
     )
 
 
-def predraw_curves(run_path: Path) -> subprocess.Popen[bytes] | None:
+def predraw_curves(run_path: Path, *, busy: int = 1) -> subprocess.Popen[bytes] | None:
     """Draw the run's unmarked training curves into the figure cache in a child, on another core.
 
     Started as the session starts, it overlaps the audits; the page then finds the curves in the cache
     unless a history audit marked an anomaly on them (then they are drawn again, with the marks).
-    None when there is nothing to gain: no spare core, no cache, no curves, or already drawn.
+    None when there is nothing to gain: no idle core beside the session's ``busy`` processes (a fresh
+    interpreter costs ~0.8 s of CPU, which a busy machine pays from the session), no cache, no curves,
+    or already drawn.
     """
-    if (os.cpu_count() or 1) < 2 or figure_cache.cache_dir() is None:
+    if idle_cores(busy) < 1 or figure_cache.cache_dir() is None:
         return None
     history = read_history(run_path)
     if not isinstance(history, History) or figure_cache.is_cached(plots.training_curves, (history, [])):

@@ -72,14 +72,19 @@ def test_an_unwritable_cache_still_draws(tmp_path: Path, monkeypatch: pytest.Mon
     assert figure_cache.drawn(draw, "loss") == '<svg id="loss"></svg>' and len(calls) == 2
 
 
-def test_the_curves_are_predrawn_in_a_child_once(cache: Path, demo_project: Path) -> None:
+def test_the_curves_are_predrawn_in_a_child_once(
+    cache: Path, demo_project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from runaudit.examples.digits.build import DEMO_RUN_ID
     from runaudit.reports import figures, plots
     from runaudit.reports.history import read_history
 
+    monkeypatch.setattr(os, "getloadavg", lambda: (0.0, 0.0, 0.0))  # an idle machine
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
     run_path = demo_project / "export" / DEMO_RUN_ID
     history = read_history(run_path)
     assert not figure_cache.is_cached(plots.training_curves, (history, []))
+    assert figures.predraw_curves(run_path, busy=2) is None  # this session and one xdist worker: no core left
     child = figures.predraw_curves(run_path)
     assert child is not None and child.wait(timeout=120) == 0
     assert figure_cache.is_cached(plots.training_curves, (history, []))
@@ -137,3 +142,19 @@ def test_only_the_cache_s_own_files_are_ever_trimmed(cache: Path, monkeypatch: p
         figure_cache.drawn(draw, label)
     assert all(path.exists() for path in mine)
     assert len([path for path in cache.glob("*.svg") if path not in mine]) == 2
+
+
+def test_no_child_draws_on_a_machine_whose_cores_are_busy(
+    cache: Path, demo_project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A loaded machine (xdist workers of another session, a CI neighbour) has no core to lend: the
+    child's fresh interpreter would cost the session CPU it needs, so the page draws the curves itself."""
+    from runaudit.examples.digits.build import DEMO_RUN_ID
+    from runaudit.reports import figures
+
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(4)), raising=False)
+    monkeypatch.setattr(os, "getloadavg", lambda: (3.6, 3.0, 2.0))
+    assert figures.predraw_curves(demo_project / "export" / DEMO_RUN_ID) is None
+    monkeypatch.setattr(os, "getloadavg", lambda: (2.2, 3.0, 2.0))
+    child = figures.predraw_curves(demo_project / "export" / DEMO_RUN_ID)
+    assert child is not None and child.wait(timeout=120) == 0
