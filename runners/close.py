@@ -31,7 +31,7 @@ from runaudit.capsule import CHECKPOINT_FILES, CHECKPOINT_ROLES, TRACKERS, check
 from runaudit.clock import attempt_id, utc_now
 from runaudit.hashing import sha256_file, stat_key
 from runaudit.ids import is_safe_id, run_id_problem
-from runaudit.manifest import load_json
+from runaudit.manifest import CAPSULE_FILES_CAP, load_json
 from runaudit.runners.suite import failures, run_suites
 from runaudit.safeio import JSON_CAP, read_regular
 from runaudit.usage import Refusal, existing_dir
@@ -161,6 +161,29 @@ def _sealed_entries(active: Path) -> list[str]:
     """The top-level names of ``active/<id>`` that enter the capsule, as they are on disk: a symlink or a
     special file in a sealed name is carried as itself (and fails the closure audits), never followed."""
     return [name for name in SEALED_ENTRIES if os.path.lexists(active / name)]
+
+
+def _too_many_files(active: Path, names: list[str]) -> int | None:
+    """How many files the sealed entries hold once past :data:`CAPSULE_FILES_CAP` (counting stops there),
+    or None within it. A folder that cannot be listed is passed over: building the candidate refuses it."""
+    count, folders = 1, []  # run.json, written anew
+    for name in names:
+        path = active / name
+        if path.is_dir() and not path.is_symlink():
+            folders.append(str(path))
+        else:
+            count += 1
+    while folders and count <= CAPSULE_FILES_CAP:
+        try:
+            with os.scandir(folders.pop()) as entries:
+                for entry in entries:
+                    if entry.is_dir(follow_symlinks=False):
+                        folders.append(entry.path)
+                    else:
+                        count += 1
+        except OSError:
+            continue
+    return count if count > CAPSULE_FILES_CAP else None
 
 
 def _can_link(active: Path, candidate: Path) -> bool:
@@ -405,6 +428,13 @@ def _seal(root: Path, run_id: str, draft: dict[str, Any], log: Callable[[str], N
         _discard(candidate)  # never sealed, never read: it held links into active/ or copies of it
         log(f"close {run_id}: removed a stale candidate left by an interrupted close")
     names = _sealed_entries(active)
+    if (count := _too_many_files(active, names)) is not None:
+        raise CloseError(
+            f"close {run_id}: {active} holds more than the {CAPSULE_FILES_CAP:,} files a capsule may "
+            f"(docs/capsule.md §9: each is audited on its own; {count:,} counted before stopping); "
+            f"nothing was sealed or quarantined and {active} is untouched: keep fewer tracker logs or "
+            "renders there and close again"
+        )
     try:
         candidate.mkdir()
         link = _can_link(active, candidate)

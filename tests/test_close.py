@@ -20,6 +20,8 @@ import pytest
 from runaudit.cli import main
 from runaudit.examples.digits.build import produce
 from runaudit.examples.digits.train import DEFAULT_CONFIG
+from runaudit.manifest import CAPSULE_FILES_CAP
+from runaudit.runners import close as closing
 from runaudit.runners.close import CloseError, require_room
 
 RUN_ID = "digits-e2"
@@ -498,3 +500,38 @@ def _remove_chain(folder: Path, name: str) -> None:
         os.close(descriptors.pop())
         os.rmdir(name, dir_fd=parent)
     os.close(descriptors.pop())
+
+
+def test_a_run_past_the_capsule_file_cap_is_refused_before_it_is_sealed(
+    root: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Closing sealed 20,001 tracker logs (the layout allows any number) into a capsule that the pull
+    manifest then refused, for good: a sealed capsule is never rewritten, so the run had to be trained
+    again. Now the close refuses first and leaves active/ as it was, to be pruned and closed again."""
+    active = root / "active" / RUN_ID
+    logs = active / "trackers" / "tensorboard"
+    logs.mkdir(parents=True)
+    for index in range(CAPSULE_FILES_CAP):
+        (logs / f"events.out.tfevents.{index}").touch()
+    before = tree_digest(active)
+    assert close(root) == 2
+    (line,) = refusals(capsys.readouterr().err)
+    assert f"more than the {CAPSULE_FILES_CAP:,} files" in line and "docs/capsule.md §9" in line
+    assert "nothing was sealed or quarantined" in line
+    assert tree_digest(active) == before
+    assert not (root / "export" / RUN_ID).exists() and quarantined(root) == []
+    assert not os.path.lexists(root / "export" / ".partial" / RUN_ID)
+
+
+def test_the_file_count_stops_past_the_cap_and_counts_run_json(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(closing, "CAPSULE_FILES_CAP", 6)
+    (tmp_path / "test" / "a" / "b").mkdir(parents=True)
+    for name in ("x", "y", "z"):
+        (tmp_path / "test" / "a" / "b" / name).touch()
+    (tmp_path / "best.pth").touch()
+    os.symlink("nowhere", tmp_path / "test" / "a" / "link")  # an entry as itself, never followed
+    assert closing._too_many_files(tmp_path, ["best.pth", "test"]) is None  # 3 + link + best.pth + run.json
+    (tmp_path / "test" / "a" / "w").touch()
+    assert closing._too_many_files(tmp_path, ["best.pth", "test"]) == 7
