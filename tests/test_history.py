@@ -246,3 +246,38 @@ def test_train_csv_cells_are_bounded_across_lines() -> None:
     assert len(csv_lines(line * lines)) == lines
     with pytest.raises(ValueError, match=f"more than {CSV_CELLS_CAP:,} fields"):
         csv_lines(line * (lines + 1))
+
+
+def test_a_train_csv_refused_once_is_not_parsed_again_by_each_audit(
+    project: Path, capsule_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """64 MiB of blank lines after the rows: each of the ten history audits parsed the file up to the line
+    cap again (~1 s each), since a refusal was not kept. The same bytes refuse the same way, once."""
+    from runaudit import reader as reading
+    from runaudit.history import load_history
+    from runaudit.reader import CapsuleReader, Unavailable
+    from runaudit.resolve import Location, Root
+    from runaudit.run import Run
+
+    with (capsule_dir / "train.csv").open("ab") as handle:
+        handle.write(b"\n" * (reading.CSV_LINES_CAP + 1))
+    parses = []
+    parse = reading.csv_lines
+    monkeypatch.setattr(reading, "csv_lines", lambda data: parses.append(len(data)) or parse(data))
+    capsule = CapsuleReader(Run.load(Location(capsule_dir, Root(project, "--root"), "export")))
+    refusals = []
+    for read in (
+        lambda: capsule.csv_rows("train.csv"),
+        lambda: load_history(capsule),
+        lambda: load_history(capsule),
+    ):
+        with pytest.raises(Unavailable) as refused:
+            read()
+        refusals.append(refused.value)
+    assert len(parses) == 1
+    assert {(str(item), item.owner) for item in refusals} == {
+        (f"train.csv is not readable CSV (more than {reading.CSV_LINES_CAP:,} lines)", "capsule.train_csv")
+    }
+    assert (
+        len({id(item) for item in refusals}) == 3
+    )  # a fresh exception each: no traceback grows across audits
