@@ -10,6 +10,7 @@ Setup and call reports keep the record, which the terminal's status words (DISCL
 from __future__ import annotations
 
 import copy
+import functools
 import signal
 import subprocess
 import threading
@@ -22,7 +23,7 @@ import pytest
 from runaudit.atomic import write_bytes_atomic, write_json_atomic
 from runaudit.clock import utc_now
 from runaudit.fixtures.custody import changed_key
-from runaudit.fixtures.subjects import expected_custody
+from runaudit.fixtures.subjects import expected_custody, session_cases
 from runaudit.fixtures.verdicts import PROPERTY, record_of, strict_mode
 from runaudit.ids import report_stem
 from runaudit.reports import document
@@ -164,7 +165,9 @@ class VerdictReport:
             invocation_dir=self.config.invocation_params.dir,
             strict=strict_mode(self.config),
             custody_gate={
-                "expected": {} if self.run.is_group else expected_custody(self.run),
+                "expected": {}
+                if self.run.is_group
+                else expected_custody(self.run, functools.partial(session_cases, self.config)),
                 "session": session_end(session, exitstatus),
                 "changed": self.config.stash.get(changed_key, []),
             },
