@@ -281,3 +281,30 @@ def test_a_train_csv_refused_once_is_not_parsed_again_by_each_audit(
     assert (
         len({id(item) for item in refusals}) == 3
     )  # a fresh exception each: no traceback grows across audits
+
+
+def test_a_refusal_the_system_gave_is_not_kept_for_the_file_s_own_audit(
+    project: Path, capsule_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Too many open files (or a stale NFS handle) while another audit read config.yaml first: kept as the
+    file's outcome, it failed the file's own custody audit, which read it fine a moment later."""
+    import errno
+
+    from runaudit import reader as reading
+    from runaudit.reader import CapsuleReader, Unavailable
+    from runaudit.resolve import Location, Root
+    from runaudit.run import Run
+
+    read = reading.read_regular
+    failures = [OSError(errno.EMFILE, "Too many open files")]
+
+    def once_busy(path: Path, cap: int) -> bytes:
+        if failures:
+            raise failures.pop()
+        return read(path, cap)
+
+    monkeypatch.setattr(reading, "read_regular", once_busy)
+    capsule = CapsuleReader(Run.load(Location(capsule_dir, Root(project, "--root"), "export")))
+    with pytest.raises(Unavailable, match="Too many open files"):
+        capsule.bytes("config.yaml")
+    assert capsule.bytes("config.yaml") == (capsule_dir / "config.yaml").read_bytes()
