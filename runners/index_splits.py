@@ -24,6 +24,7 @@ from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
 from runaudit.atomic import write_atomic
+from runaudit.host import usable_cores
 from runaudit.ids import is_safe_id
 from runaudit.usage import Refusal
 
@@ -190,7 +191,7 @@ def build_manifest(dataset: Path, entries: list[Entry], *, workers: int | None =
         raise IndexSplitsError(
             f"{dataset}: nothing to index (no files under the split folders or in the list)"
         )
-    with ThreadPoolExecutor(max_workers=workers or os.cpu_count() or 1) as pool:
+    with ThreadPoolExecutor(max_workers=workers or usable_cores()) as pool:
         fingerprints = list(pool.map(lambda entry: _fingerprint(dataset, entry), entries))
     seen: Counter[str] = Counter()
     sample_ids = []

@@ -27,6 +27,7 @@ from runaudit import manifest as manifests
 from runaudit.capsule import checkpoint_formats
 from runaudit.catalog import AUDITS_DIR, catalog
 from runaudit.hashing import hash_before_fork
+from runaudit.host import usable_cores
 from runaudit.ids import report_stem
 from runaudit.options import REPORT_DIR_OPTION, REPORT_FORMAT_OPTION, ROOT_OPTION, RUN_OPTION
 from runaudit.verdict import Verdict
@@ -161,7 +162,7 @@ def run_suites(
     here: each capsule then pays only for its own audits, not for another interpreter and torch import.
     Elsewhere (fork after importing torch is unsafe on macOS) each capsule gets a fresh process.
     """
-    workers = max(1, min(len(capsules), os.cpu_count() or 1))
+    workers = max(1, min(len(capsules), usable_cores()))
     if sys.platform != "linux":
         with ThreadPoolExecutor(max_workers=workers) as pool:
             done = pool.map(lambda capsule: run_suite(capsule, root, modules=modules, args=args), capsules)

@@ -158,3 +158,17 @@ def test_no_child_draws_on_a_machine_whose_cores_are_busy(
     monkeypatch.setattr(os, "getloadavg", lambda: (2.2, 3.0, 2.0))
     child = figures.predraw_curves(demo_project / "export" / DEMO_RUN_ID)
     assert child is not None and child.wait(timeout=120) == 0
+
+
+def test_cores_are_counted_where_the_affinity_call_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A seccomp profile may refuse sched_getaffinity: the session must still start (every core counts)."""
+    from runaudit import host
+
+    def refused(pid: int) -> set[int]:
+        raise PermissionError(1, "Operation not permitted")
+
+    monkeypatch.setattr(os, "sched_getaffinity", refused, raising=False)
+    monkeypatch.setattr(os, "cpu_count", lambda: 3)
+    assert host.usable_cores() == 3
+    monkeypatch.delattr(os, "getloadavg", raising=False)  # no load average at all (Windows)
+    assert host.idle_cores(busy=1) == 2
