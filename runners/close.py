@@ -164,14 +164,17 @@ def _sealed_entries(active: Path) -> list[str]:
 
 
 def _too_many_files(active: Path, names: list[str]) -> int | None:
-    """How many files the sealed entries hold once past :data:`CAPSULE_FILES_CAP` (counting stops there),
-    or None within it. A folder that cannot be listed is passed over: building the candidate refuses it."""
+    """How many regular files the sealed entries hold once past :data:`CAPSULE_FILES_CAP`, as the pull
+    manifest would list them (links and special files are not counted: the closure audits refuse them), or
+    None within the cap. No folder is listed after the one that passes the cap, so a run of millions of
+    files costs a folder's listing past it, not all of them. A folder that cannot be listed is passed over:
+    building the candidate refuses it."""
     count, folders = 1, []  # run.json, written anew
     for name in names:
         path = active / name
         if path.is_dir() and not path.is_symlink():
             folders.append(str(path))
-        else:
+        elif path.is_file() and not path.is_symlink():
             count += 1
     while folders and count <= CAPSULE_FILES_CAP:
         try:
@@ -179,7 +182,7 @@ def _too_many_files(active: Path, names: list[str]) -> int | None:
                 for entry in entries:
                     if entry.is_dir(follow_symlinks=False):
                         folders.append(entry.path)
-                    else:
+                    elif entry.is_file(follow_symlinks=False):
                         count += 1
         except OSError:
             continue

@@ -531,7 +531,9 @@ def test_the_file_count_stops_past_the_cap_and_counts_run_json(
     for name in ("x", "y", "z"):
         (tmp_path / "test" / "a" / "b" / name).touch()
     (tmp_path / "best.pth").touch()
-    os.symlink("nowhere", tmp_path / "test" / "a" / "link")  # an entry as itself, never followed
-    assert closing._too_many_files(tmp_path, ["best.pth", "test"]) is None  # 3 + link + best.pth + run.json
+    os.symlink("b", tmp_path / "test" / "a" / "link")  # never followed nor counted: a manifest lists none
+    os.mkfifo(tmp_path / "test" / "a" / "fifo")  # nor a special file (the closure audits refuse both)
+    assert closing._too_many_files(tmp_path, ["best.pth", "test"]) is None  # 3 + best.pth + run.json
     (tmp_path / "test" / "a" / "w").touch()
+    (tmp_path / "test" / "a" / "v").touch()
     assert closing._too_many_files(tmp_path, ["best.pth", "test"]) == 7
