@@ -42,6 +42,7 @@ import runaudit.reports.html  # noqa: F401
 import runaudit.reports.page  # noqa: F401
 from runaudit import clock
 from runaudit.examples.digits.build import DEMO_RUN_ID, ensure_demo
+from runaudit.host import usable_cores
 
 PIL.Image.init()
 
@@ -61,10 +62,6 @@ def _import_installed_plugins() -> None:
 _import_installed_plugins()
 
 
-def _cores() -> int:
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-
-
 @pytest.hookimpl(tryfirst=True)
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
     """``-n auto`` starts half as many workers again as there are cores.
@@ -76,7 +73,7 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
     """
     if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
         return None
-    cores = _cores()
+    cores = usable_cores()
     return cores + max(1, cores // 2)
 
 
@@ -90,7 +87,7 @@ def _share_the_cores() -> None:
     workers = os.environ.get("PYTEST_XDIST_WORKER_COUNT")
     if workers is None or "OMP_NUM_THREADS" in os.environ:
         return
-    threads = max(1, _cores() // int(workers))
+    threads = max(1, usable_cores() // int(workers))
     for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ.setdefault(name, str(threads))
     torch.set_num_threads(threads)
