@@ -115,6 +115,15 @@ ATTACKS: dict[str, tuple[Callable[[bytes], bytes], str]] = {
     "duplicate-key": (_duplicate_key, "duplicate key"),
     "trailing-comma": (_trailing_comma, "not strict UTF-8 JSON"),
     "not-utf8": (_not_utf8, "not strict UTF-8 JSON"),
+    # "\ud800" escapes name a lone surrogate: valid to Python's json, refused by the safetensors library.
+    "lone-surrogate-name": (
+        _edit(lambda header, names: header.__setitem__("\ud800x", header.pop(names[0]))),
+        "not strict UTF-8 JSON",
+    ),
+    "lone-surrogate-metadata": (
+        _edit(lambda header, names: header.update(__metadata__={"format": "pt\udfff"})),
+        "not strict UTF-8 JSON",
+    ),
     "unknown-dtype": (_set(0, dtype="F128"), "unknown dtype 'F128'"),
     "negative-shape": (_set(0, shape=[-1, 4]), "expected a shape of non-negative integers, found [-1, 4]"),
     "non-int-shape": (_set(0, shape=[2.5]), "expected a shape of non-negative integers, found [2.5]"),
