@@ -482,13 +482,11 @@ def _tracker_logs(run: Run, capsule: CapsuleReader) -> dict[str, TrackerRun] | T
     """Every tracker run the capsule seals, read once per session, or why one cannot be: the audit is one
     case per tracker run and each case holds its run against all the others (300 tiny run folders, all
     re-read by every case, took 96 s)."""
-    from runaudit.trackers import TrackerUnreadable, read_run, tracker_folders
+    from runaudit.trackers import TrackerUnreadable, read_runs
 
     def read() -> dict[str, TrackerRun] | TrackerUnreadable:
         try:
-            return {
-                name: read_run(run.path, name, files) for name, files in tracker_folders(run.path).items()
-            }
+            return read_runs(run.path)
         except TrackerUnreadable as exc:  # kept, so that each case reports it without reading again
             return exc
 
@@ -509,7 +507,7 @@ def test_tracker_agrees(
 ) -> None:
     """HIS-18: each tracker run sealed under ``trackers/`` (TensorBoard event files, a W&B offline run's
     ``.wandb`` log) shows the run train.csv holds: the same values at the same steps (or epochs), no point
-    train.csv lacks, no early stop; it logs some train.csv column (else it is another run's log), no other
+    train.csv lacks, no early stop, no step logged twice with different values; it logs some train.csv column (else it is another run's log), no other
     run of the same tracker logs the same column, its hyperparameters equal config.yaml's, and a W&B summary
     keeps each metric's declared direction. Read with the trackers' own reader and protobuf; a disagreement
     is disclosed: the chart and the capsule show different runs."""

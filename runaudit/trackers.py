@@ -10,6 +10,8 @@ lists each disagreement as one line:
 
 - a scalar whose points differ from the train.csv column of the same name at the same step (or epoch), or
   which logs steps train.csv does not have, or stops before it does (its final value differs);
+- a scalar logged twice at one step with different values (two attempts' series in one log: only one of
+  them can be the run train.csv holds);
 - a tracker run none of whose scalars is a train.csv column (an orphan: another run's log);
 - the same column logged by two tracker runs (a duplicate);
 - an hyperparameter (``add_hparams``) whose value differs from config.yaml's key of the same name.
@@ -39,6 +41,14 @@ class TrackerUnreadable(ValueError):
     """An event file the reader refuses; the message names the file."""
 
 
+@dataclass
+class Rewrites:
+    """The steps at which one tag was logged again with another value: how many, and the first few."""
+
+    count: int = 0
+    first: list[tuple[int, float, float]] = field(default_factory=list)  # (step, earlier value, later value)
+
+
 @dataclass(frozen=True)
 class TrackerRun:
     """One TensorBoard run: a folder under trackers/tensorboard/ and the event files below it."""
@@ -48,6 +58,55 @@ class TrackerRun:
     scalars: dict[str, dict[int, float]] = field(default_factory=dict)  # tag -> step -> last value logged
     hparams: dict[str, Any] = field(default_factory=dict)
     goals: dict[str, str] = field(default_factory=dict)  # W&B define_metric(summary=...): "max" or "min"
+    rewritten: dict[str, Rewrites] = field(default_factory=dict)  # tag -> points an earlier value was under
+
+    def log(self, tag: str, step: int, value: float, rel: str) -> None:
+        """Keep ``value`` as the tag's point at ``step``; one that replaces a different value is counted
+        (the comparison sees the last, and the earlier series would otherwise vanish unseen)."""
+        if tag not in self.scalars and len(self.scalars) == TAGS_CAP:
+            raise TrackerUnreadable(f"{rel} logs more than {TAGS_CAP} scalar tags, past the cap")
+        points = self.scalars.setdefault(tag, {})
+        earlier = points.get(step)
+        if earlier is not None and not _agree(earlier, value):
+            rewrites = self.rewritten.setdefault(tag, Rewrites())
+            rewrites.count += 1
+            if len(rewrites.first) < SHOWN:
+                rewrites.first.append((step, earlier, value))
+        points[step] = value
+
+
+@dataclass
+class ReadBudget:
+    """What reading one capsule's tracker logs may still cost, all runs and files together: each file has
+    caps of its own, but a capsule may hold thousands of files (100 event files of 149k empty records each,
+    every one under its file's caps, took 134 s)."""
+
+    entries: int = field(default_factory=lambda: TRACKER_ENTRIES_CAP)
+    tensorboard_bytes: int = field(default_factory=lambda: TENSORBOARD_CAPSULE_CAP)
+    wandb_bytes: int = field(default_factory=lambda: WANDB_CAPSULE_CAP)
+
+    def spend(self, rel: str, entries: int) -> None:
+        """Charge ``entries`` records and values read from ``rel``; refuse the capsule's logs past the cap."""
+        self.entries -= entries
+        if self.entries < 0:
+            raise TrackerUnreadable(
+                f"{rel}: the capsule's tracker logs hold more than {TRACKER_ENTRIES_CAP} records and values "
+                "together, past the cap (docs/capsule.md §2, tracker logs)"
+            )
+
+    def spend_bytes(self, rel: str, size: int, kind: str) -> None:
+        """Charge a log file's ``size`` to its tracker's byte budget; refuse it past the cap."""
+        if kind == TENSORBOARD:
+            self.tensorboard_bytes -= size
+            left, cap = self.tensorboard_bytes, TENSORBOARD_CAPSULE_CAP
+        else:
+            self.wandb_bytes -= size
+            left, cap = self.wandb_bytes, WANDB_CAPSULE_CAP
+        if left < 0:
+            raise TrackerUnreadable(
+                f"{rel}: the capsule's {kind} logs hold more than {cap} bytes together, past the cap "
+                "(docs/capsule.md §2, tracker logs)"
+            )
 
 
 def tracker_folders(capsule: Path) -> dict[str, tuple[str, ...]]:
@@ -105,12 +164,20 @@ def _tensorboard_folders(capsule: Path) -> dict[str, tuple[str, ...]]:
     return {name: tuple(sorted(files)) for name, files in sorted(found.items())}
 
 
-def read_run(capsule: Path, name: str, files: Iterable[str]) -> TrackerRun:
-    """The scalars, hyperparameters (and for W&B, summary directions) of one tracker run."""
+def read_runs(capsule: Path) -> dict[str, TrackerRun]:
+    """Every tracker run of the capsule, read within one :class:`ReadBudget`."""
+    budget = ReadBudget()
+    return {name: read_run(capsule, name, files, budget) for name, files in tracker_folders(capsule).items()}
+
+
+def read_run(capsule: Path, name: str, files: Iterable[str], budget: ReadBudget | None = None) -> TrackerRun:
+    """The scalars, hyperparameters (and for W&B, summary directions) of one tracker run; ``budget`` is
+    what the capsule's other runs left (a run read alone gets a whole one)."""
+    budget = budget or ReadBudget()
     return (
-        _read_wandb(capsule, name, files)
+        _read_wandb(capsule, name, files, budget)
         if kind_of(name) == WANDB
-        else _read_tensorboard(capsule, name, files)
+        else _read_tensorboard(capsule, name, files, budget)
     )
 
 
@@ -127,6 +194,13 @@ TAGS_CAP = 10_000
 # bytes make the event count the binding cap).
 TENSORBOARD_CAP = 16 << 20
 TENSORBOARD_EVENTS_CAP = 150_000
+# What all of a capsule's tracker logs may hold together. Records (events) and the values they log: at about
+# 20 µs an event and 35 µs a value through TensorBoard's layers, 600,000 of them take at most ~20 s; a run
+# logging 5 scalars at each of 60,000 steps to one tracker, or at each of 30,000 to both, is 300,000 values.
+# Bytes: TensorBoard's CRC runs in Python (0.2 µs a byte), W&B's in C, so their caps differ.
+TRACKER_ENTRIES_CAP = 600_000
+TENSORBOARD_CAPSULE_CAP = 2 * TENSORBOARD_CAP
+WANDB_CAPSULE_CAP = 2 * LOG_CAP
 TFRECORD_FRAMING = 16  # a record's length (8 bytes) and its CRC (4) before the data, the data's CRC (4) after
 
 
@@ -144,11 +218,13 @@ def _scalar(tensor: Any, rel: str) -> float:
     return float(tensor_util.make_ndarray(tensor).item())
 
 
-def _tensorboard_events(path: Path, rel: str, size: int) -> Iterator[Any]:
+def _tensorboard_events(path: Path, rel: str, size: int, budget: ReadBudget) -> Iterator[Any]:
     """The events of one event file, through tensorboard's record reader and the compat layers its
     ``EventFileLoader`` applies. That reader ends quietly at a damaged or truncated record (it swallows
     DataLossError, waiting for a writer to complete it), so a sound prefix followed by records of another
-    run with bad CRCs read as a whole log: the records read must span the file to the byte."""
+    run with bad CRCs read as a whole log: the records read must span the file to the byte. Each event and
+    its values are charged to ``budget`` before the compat layers copy them: one 13.5 MB event of 1.35M
+    values took 48 s and 3.3 GB."""
     from tensorboard import data_compat, dataclass_compat
     from tensorboard.backend.event_processing.event_file_loader import RawEventFileLoader
     from tensorboard.compat.proto import event_pb2
@@ -159,15 +235,21 @@ def _tensorboard_events(path: Path, rel: str, size: int) -> Iterator[Any]:
         if count > TENSORBOARD_EVENTS_CAP:
             raise TrackerUnreadable(f"{rel} holds more than {TENSORBOARD_EVENTS_CAP} events, past the cap")
         read += TFRECORD_FRAMING + len(record)
-        event = data_compat.migrate_event(event_pb2.Event.FromString(record))
-        yield from dataclass_compat.migrate_event(event, initial)
+        event = event_pb2.Event.FromString(record)
+        values = len(event.summary.value)
+        if values > TAGS_CAP:  # one event logs each tag once; more values than tags repeat one
+            raise TrackerUnreadable(
+                f"{rel}: an event at step {event.step} logs {values} values, past the cap"
+            )
+        budget.spend(rel, 1 + values)
+        yield from dataclass_compat.migrate_event(data_compat.migrate_event(event), initial)
     if read != size:
         raise TrackerUnreadable(
             f"{rel}: TensorBoard's reader stops at byte {read} of {size}: a damaged or truncated record"
         )
 
 
-def _read_tensorboard(capsule: Path, name: str, files: Iterable[str]) -> TrackerRun:
+def _read_tensorboard(capsule: Path, name: str, files: Iterable[str], budget: ReadBudget) -> TrackerRun:
     """Through tensorboard's own record reader and event protobuf."""
     from tensorboard.plugins.hparams import plugin_data_pb2
 
@@ -182,12 +264,12 @@ def _read_tensorboard(capsule: Path, name: str, files: Iterable[str]) -> Tracker
                 raise TrackerUnreadable(
                     f"{rel} holds {info.st_size} bytes, past the {TENSORBOARD_CAP}-byte cap of an event file"
                 )
-            for event in _tensorboard_events(path, rel, info.st_size):
+            budget.spend_bytes(rel, info.st_size, TENSORBOARD)
+            for event in _tensorboard_events(path, rel, info.st_size, budget):
                 for value in event.summary.value:
                     plugin = value.metadata.plugin_data.plugin_name
                     if plugin == "scalars":
-                        number = _scalar(value.tensor, rel)
-                        _logged(run.scalars, value.tag, rel)[int(event.step)] = number
+                        run.log(value.tag, int(event.step), _scalar(value.tensor, rel), rel)
                     elif plugin == "hparams" and value.tag == "_hparams_/session_start_info":
                         data = plugin_data_pb2.HParamsPluginData.FromString(
                             value.metadata.plugin_data.content
@@ -201,13 +283,6 @@ def _read_tensorboard(capsule: Path, name: str, files: Iterable[str]) -> Tracker
                 f"{rel}: TensorBoard's reader refused it ({type(exc).__name__})"
             ) from None
     return run
-
-
-def _logged(scalars: dict[str, dict[int, float]], tag: str, rel: str) -> dict[int, float]:
-    """The points of ``tag``, a new tag refused past :data:`TAGS_CAP`."""
-    if tag not in scalars and len(scalars) == TAGS_CAP:
-        raise TrackerUnreadable(f"{rel} logs more than {TAGS_CAP} scalar tags, past the cap")
-    return scalars.setdefault(tag, {})
 
 
 def _hparam(run: TrackerRun, key: str, value: Any, rel: str) -> None:
@@ -224,32 +299,37 @@ WANDB_HEADER = b":W&B\xe1\xbe\x00"
 WANDB_BLOCK = 32768
 FULL, FIRST, MIDDLE, LAST = 1, 2, 3, 4
 WANDB_KEPT = frozenset({"_step", "_runtime", "_timestamp"})  # W&B's own bookkeeping, not logged values
+# A record is a history row, a config update or a summary: kilobytes. A value (a number, a histogram's bins,
+# a config section) is JSON text of at most hundreds of KB; past these, refused before it is parsed.
+WANDB_RECORD_CAP = 16 << 20
+WANDB_VALUE_CAP = 1 << 20
 
 
 def wandb_records(data: bytes, rel: str) -> Iterable[bytes]:
     """The records of a ``.wandb`` log, each checked against its CRC; a damaged or torn one raises: a piece
     out of FIRST/MIDDLE.../LAST order, or a record whose last piece never comes (an earlier record's start
-    left open before the next, as a crashed or spliced log holds, would otherwise vanish unread)."""
+    left open before the next, as a crashed or spliced log holds, would otherwise vanish unread). What is
+    skipped as padding (a block's tail, the rest of a file) must be zeros, as the writer leaves it, and a
+    record is refused past :data:`WANDB_RECORD_CAP` before its pieces are joined."""
     import zlib
 
     if not data.startswith(WANDB_HEADER):
         raise TrackerUnreadable(f"{rel} does not start with the W&B log header")
     position = len(WANDB_HEADER)
     pieces: list[bytes] = []  # of the record begun at byte ``opened``; joined once (+= per piece: quadratic)
-    opened = -1
-    while position + 7 <= len(data):
+    opened, size = -1, 0
+    while position < len(data):
         left = WANDB_BLOCK - position % WANDB_BLOCK
-        if left < 7:  # the block's tail is padding
+        header = data[position : position + 7]
+        if len(header) < 7 or left < 7 or header == bytes(7):  # padding: to the block's end, or the file's
+            _padding(data[position : position + left], position, rel)
             position += left
             continue
         checksum, length, kind = (
-            int.from_bytes(data[position : position + 4], "little"),
-            int.from_bytes(data[position + 4 : position + 6], "little"),
-            data[position + 6],
+            int.from_bytes(header[:4], "little"),
+            int.from_bytes(header[4:6], "little"),
+            header[6],
         )
-        if kind == 0 and length == 0:  # zero padding after the last record of a block
-            position += left
-            continue
         body = data[position + 7 : position + 7 + length]
         if (
             len(body) != length
@@ -267,8 +347,13 @@ def wandb_records(data: bytes, rel: str) -> Iterable[bytes]:
             raise TrackerUnreadable(
                 f"{rel}: a torn record: a continuation piece at byte {position} begins none"
             )
-        if kind == FIRST:
-            opened = position
+        if kind in (FULL, FIRST):
+            opened, size = position, 0
+        size += length
+        if size > WANDB_RECORD_CAP:
+            raise TrackerUnreadable(
+                f"{rel}: the record begun at byte {opened} holds more than {WANDB_RECORD_CAP} bytes, past the cap"
+            )
         pieces.append(body)
         position += 7 + length
         if kind in (FULL, LAST):
@@ -278,10 +363,16 @@ def wandb_records(data: bytes, rel: str) -> Iterable[bytes]:
         raise TrackerUnreadable(f"{rel}: a torn record: the one begun at byte {opened} ends with the file")
 
 
-def _read_wandb(capsule: Path, name: str, files: Iterable[str]) -> TrackerRun:
-    """Through W&B's own record protobuf (``wandb.proto.wandb_internal_pb2``); no network, no service."""
-    import json
+def _padding(skipped: bytes, position: int, rel: str) -> None:
+    """Refuse bytes skipped as padding that are not zeros: another record's bytes would pass unread."""
+    if skipped.strip(b"\0"):
+        raise TrackerUnreadable(
+            f"{rel}: bytes {position}-{position + len(skipped) - 1} are skipped as padding but are not zeros"
+        )
 
+
+def _read_wandb(capsule: Path, name: str, files: Iterable[str], budget: ReadBudget) -> TrackerRun:
+    """Through W&B's own record protobuf (``wandb.proto.wandb_internal_pb2``); no network, no service."""
     from wandb.proto import wandb_internal_pb2
 
     from runaudit.safeio import UnsafeFile, read_regular
@@ -292,32 +383,38 @@ def _read_wandb(capsule: Path, name: str, files: Iterable[str]) -> TrackerRun:
             data = read_regular(capsule / rel, LOG_CAP)
         except (OSError, UnsafeFile) as exc:
             raise TrackerUnreadable(f"{rel} cannot be read: {exc}") from None
+        budget.spend_bytes(rel, len(data), WANDB)
         for index, body in enumerate(wandb_records(data, rel), 1):
             record = wandb_internal_pb2.Record()
             try:
                 record.ParseFromString(body)
                 kind = record.WhichOneof("record_type")
                 if kind == "history":
+                    budget.spend(rel, 1 + len(record.history.item))
                     step = record.history.step.num
                     for item in record.history.item:
                         key = item.key or "/".join(item.nested_key)
-                        value = json.loads(item.value_json)
+                        value = _json_value(item.value_json, index, rel)
                         if (
                             key not in WANDB_KEPT
                             and isinstance(value, (int, float))
                             and not isinstance(value, bool)
                         ):
-                            _logged(run.scalars, key, rel)[int(step)] = float(value)
+                            run.log(key, int(step), float(value), rel)
                 elif kind in ("config", "run"):
                     updates = record.config.update if kind == "config" else record.run.config.update
+                    budget.spend(rel, 1 + len(updates))
                     for item in updates:
                         key = item.key or ".".join(item.nested_key)
                         if not key.startswith("_"):
-                            for dotted_key, value in dotted({key: json.loads(item.value_json)}).items():
-                                _hparam(run, dotted_key, value, rel)
-                elif kind == "metric" and record.metric.name:
-                    summary = record.metric.summary
-                    run.goals[record.metric.name] = "max" if summary.max else "min" if summary.min else ""
+                            value = _json_value(item.value_json, index, rel)
+                            for dotted_key, flat in dotted({key: value}).items():
+                                _hparam(run, dotted_key, flat, rel)
+                else:
+                    budget.spend(rel, 1)
+                    if kind == "metric" and record.metric.name:
+                        summary = record.metric.summary
+                        run.goals[record.metric.name] = "max" if summary.max else "min" if summary.min else ""
             except TrackerUnreadable:
                 raise
             except OverflowError:  # float() of a JSON integer past 1.8e308
@@ -330,6 +427,18 @@ def _read_wandb(capsule: Path, name: str, files: Iterable[str]) -> TrackerRun:
                     f"{rel}: record {index} is refused by W&B's protobuf or its JSON values ({type(exc).__name__})"
                 ) from None
     return run
+
+
+def _json_value(text: str, index: int, rel: str) -> Any:
+    """One W&B value, refused unparsed past :data:`WANDB_VALUE_CAP` characters: a 214 MB config value of
+    15M keys took 44 s and 4.7 GB to parse before the hyperparameter cap could count them."""
+    import json
+
+    if len(text) > WANDB_VALUE_CAP:
+        raise TrackerUnreadable(
+            f"{rel}: record {index} holds a value of {len(text)} characters, past the {WANDB_VALUE_CAP} cap"
+        )
+    return json.loads(text)
 
 
 def _proto_value(value: Any) -> Any:
@@ -374,7 +483,7 @@ def scalar_findings(run: TrackerRun, history: History) -> tuple[list[str], list[
     alone (its column keys, steps, epochs, a column's points in order) is built once, not per tag, and a
     tag costs its own points, not train.csv's rows: a W&B log of 1M tags ending in train_loss rebuilt and
     compared all of train.csv per tag (50 s)."""
-    findings: list[str] = []
+    findings = rewrite_findings(run)
     matched: list[str] = []
     known = column_keys(history.columns)
     axes = {
@@ -422,6 +531,23 @@ def scalar_findings(run: TrackerRun, history: History) -> tuple[list[str], list[
                 f"(train.csv ends at {axis} {final} with {rows[final]:.6g})"
             )
     return findings, matched
+
+
+def rewrite_findings(run: TrackerRun) -> list[str]:
+    """Tags the run logs twice at one step with different values, any tag, a train.csv column or not: a log
+    holding a crashed attempt's series and then the run's own draws both, and agrees with one at most."""
+    findings = []
+    for tag, rewrites in sorted(run.rewritten.items())[:SHOWN]:
+        shown = "; ".join(
+            f"step {at}: {earlier:.6g}, then {later:.6g}" for at, earlier, later in rewrites.first
+        )
+        findings.append(
+            f"{run.name}: {tag} is logged again with another value at {rewrites.count} step"
+            f"{'s' if rewrites.count > 1 else ''} ({shown}): two series in one log"
+        )
+    if len(run.rewritten) > SHOWN:
+        findings.append(f"{run.name}: {len(run.rewritten) - SHOWN} more tags are logged twice at one step")
+    return findings
 
 
 def _listed(first: list[int], count: int) -> str:

@@ -17,7 +17,16 @@ from science_support import train_demo_seeds
 
 from runaudit.cli import main
 from runaudit.history import parse_history
-from runaudit.trackers import FIRST, FULL, LAST, MIDDLE, TrackerRun, config_findings, scalar_findings
+from runaudit.trackers import (
+    FIRST,
+    FULL,
+    LAST,
+    MIDDLE,
+    ReadBudget,
+    TrackerRun,
+    config_findings,
+    scalar_findings,
+)
 
 AuditRun = Any  # conftest.AuditRun
 RUNS = ("tb-1", "tb-2")
@@ -444,9 +453,9 @@ def test_each_tracker_run_is_read_once_per_session(
     reads: list[str] = []
     read_run = runaudit.trackers.read_run
 
-    def counted(capsule: Path, name: str, files: Iterable[str]) -> TrackerRun:
+    def counted(capsule: Path, name: str, files: Iterable[str], budget: ReadBudget) -> TrackerRun:
         reads.append(name)
-        return read_run(capsule, name, files)
+        return read_run(capsule, name, files, budget)
 
     monkeypatch.setattr(runaudit.trackers, "read_run", counted)
     outcome = run_audits(capsule_dir.name, project, "-k", "tracker_agrees")
@@ -476,3 +485,150 @@ def test_a_run_at_the_tag_cap_is_compared_in_time_linear_in_its_points() -> None
     assert len(columns) == TAGS_CAP and all("stops before train.csv" in line for line in findings)
     assert len(config_findings(run, config)) == TAGS_CAP
     assert time.perf_counter() - started < 1.0
+
+
+# -- two series in one log, and what reading a capsule's logs may cost ------------------------------------
+
+
+def test_a_log_holding_another_attempts_series_at_the_same_steps_is_disclosed(
+    run_audits: Callable[..., AuditRun], project: Path, capsule_dir: Path
+) -> None:
+    """A TensorBoard log and a W&B log that first hold another attempt's points (train_loss 99 at every
+    step) and then the run's own passed "point for point": the reader kept the last value at each step."""
+    import csv
+
+    from runaudit.history import TRAIN_CSV
+
+    with open(capsule_dir / TRAIN_CSV, newline="") as handle:
+        own = [(int(row["step"]), float(row["train_loss"])) for row in csv.DictReader(handle)]
+    other = [(step, 99.0) for step, _ in own]
+    events = _events(*other) + _events(*own)[1:]  # one version event, then both series
+    folder = capsule_dir / "trackers" / "tensorboard" / "digits"
+    folder.mkdir(parents=True)
+    (folder / "events.out.tfevents.1.host").write_bytes(b"".join(_tfrecords(events)))
+    from runaudit.trackers import WANDB_HEADER
+
+    records = [_history_record(step, train_loss=value) for step, value in other + own]
+    wandb = capsule_dir / "trackers" / "wandb" / "offline-run-20240101_000000-abc"
+    wandb.mkdir(parents=True)
+    (wandb / "run-abc.wandb").write_bytes(WANDB_HEADER + b"".join(_piece(FULL, body) for body in records))
+    outcome = run_audits(capsule_dir.name, project, "-k", "tracker_agrees")
+    assert outcome.report is not None, outcome.result.stdout.str()
+    verdicts = {item["subject"]: item for item in outcome.report["verdicts"] if item["audit"] == AUDIT}
+    assert set(verdicts) == {"trackers/tensorboard/digits", wandb.relative_to(capsule_dir).as_posix()}
+    first_step = own[0][0]
+    for item in verdicts.values():
+        assert item["verdict"] == "disclosed", item
+        assert f"train_loss is logged again with another value at {len(own)} steps" in item["message"]
+        assert f"step {first_step}: 99, then {own[0][1]:.6g}" in item["message"]
+
+
+def test_a_point_logged_again_with_the_same_value_is_one_point(tmp_path: Path) -> None:
+    """Logging a value twice (a callback and the loop both logging one step) is not two series."""
+    events = _events(*OWN) + _events((20, 1.0000001), (30, 0.5))[1:]
+    run = _read_event_file(tmp_path, b"".join(_tfrecords(events)))
+    assert run.rewritten == {} and scalar_findings(run, HISTORY) == ([], ["train_loss"])
+
+
+def test_one_event_of_more_values_than_tags_is_refused_before_it_is_migrated(tmp_path: Path) -> None:
+    """A 13.5 MB event holding 1.35M values of one tag passed the per-file event cap: 48 s and 3.3 GB in
+    TensorBoard's compat layers. One event logs a tag once, so more values than the tag cap repeat one."""
+    from tensorboard.compat.proto import event_pb2, summary_pb2
+
+    from runaudit.trackers import TAGS_CAP, TrackerUnreadable
+
+    value = summary_pb2.Summary.Value(tag="train_loss", simple_value=1.0)
+    event = event_pb2.Event(step=10, summary=summary_pb2.Summary(value=[value] * (TAGS_CAP + 1)))
+    with pytest.raises(TrackerUnreadable, match=rf"an event at step 10 logs {TAGS_CAP + 1} values, past"):
+        _read_event_file(tmp_path, b"".join(_tfrecords(_events() + [event.SerializeToString()])))
+
+
+def test_a_capsule_s_tracker_logs_are_read_within_one_budget(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each event file had caps of its own, a capsule none: 100 event files of 149k empty records each
+    took 134 s. Records and values, and each tracker's bytes, are counted over all of a capsule's runs."""
+    import runaudit.trackers
+    from runaudit.trackers import WANDB_HEADER, TrackerUnreadable, read_runs
+
+    data = b"".join(_tfrecords(_events(*OWN)))  # a version event and three of one value: 7 entries
+    for name in ("a", "b"):
+        folder = tmp_path / "trackers" / "tensorboard" / name
+        folder.mkdir(parents=True)
+        (folder / "events.out.tfevents.1.host").write_bytes(data)
+    monkeypatch.setattr(runaudit.trackers, "TRACKER_ENTRIES_CAP", 13)
+    with pytest.raises(TrackerUnreadable, match=r"tensorboard/b/.*more than 13 records and values together"):
+        read_runs(tmp_path)
+    monkeypatch.setattr(runaudit.trackers, "TRACKER_ENTRIES_CAP", 14)
+    assert set(read_runs(tmp_path)) == {"trackers/tensorboard/a", "trackers/tensorboard/b"}
+    monkeypatch.setattr(runaudit.trackers, "TENSORBOARD_CAPSULE_CAP", 2 * len(data) - 1)
+    with pytest.raises(TrackerUnreadable, match=r"tensorboard/b/.*tensorboard logs hold more than \d+ bytes"):
+        read_runs(tmp_path)
+    wandb = tmp_path / "trackers" / "wandb" / "offline-run-x"
+    wandb.mkdir(parents=True)
+    log = WANDB_HEADER + b"".join(_piece(FULL, _history_record(step, train_loss=1.0)) for step in (1, 2))
+    (wandb / "run-x.wandb").write_bytes(log)
+    monkeypatch.setattr(runaudit.trackers, "TENSORBOARD_CAPSULE_CAP", 2 * len(data))
+    monkeypatch.setattr(runaudit.trackers, "TRACKER_ENTRIES_CAP", 14 + 3)  # two records of two items each
+    with pytest.raises(TrackerUnreadable, match=r"run-x\.wandb: .*more than 17 records and values"):
+        read_runs(tmp_path)
+    monkeypatch.setattr(runaudit.trackers, "TRACKER_ENTRIES_CAP", 14 + 4)
+    monkeypatch.setattr(runaudit.trackers, "WANDB_CAPSULE_CAP", len(log) - 1)
+    with pytest.raises(TrackerUnreadable, match=r"run-x\.wandb: .*wandb logs hold more than \d+ bytes"):
+        read_runs(tmp_path)
+
+
+def test_a_wandb_value_or_record_past_its_cap_is_refused_unparsed(tmp_path: Path) -> None:
+    """One 214 MB config value of 15M keys took 44 s and 4.7 GB to parse before the hyperparameter cap
+    counted them; a record is joined from its pieces before it is parsed, however many blocks it spans."""
+    import json
+
+    from wandb.proto import wandb_internal_pb2
+
+    from runaudit.trackers import WANDB_RECORD_CAP, WANDB_VALUE_CAP, TrackerUnreadable
+
+    config = wandb_internal_pb2.Record()
+    config.config.update.add(key="notes", value_json=json.dumps("x" * WANDB_VALUE_CAP))
+    with pytest.raises(
+        TrackerUnreadable, match=rf"record 1 holds a value of {WANDB_VALUE_CAP + 2} characters"
+    ):
+        _wandb_log_of(tmp_path / "value", config.SerializeToString())
+    huge = wandb_internal_pb2.Record()
+    huge.history.item.add(key="k" * WANDB_RECORD_CAP, value_json="1")
+    with pytest.raises(TrackerUnreadable, match=rf"begun at byte 7 holds more than {WANDB_RECORD_CAP} bytes"):
+        _wandb_log_of(tmp_path / "record", huge.SerializeToString())
+
+
+def _wandb_log_of(tmp_path: Path, body: bytes) -> TrackerRun:
+    """One record split over as many 32 KiB blocks as it needs, as W&B's writer frames it."""
+    from runaudit.trackers import WANDB_BLOCK, WANDB_HEADER, read_run
+
+    data = bytearray(WANDB_HEADER)
+    kind = FIRST
+    while body:
+        room = WANDB_BLOCK - len(data) % WANDB_BLOCK - 7
+        piece, body = body[:room], body[room:]
+        data += _piece(kind if body else (FULL if kind == FIRST else LAST), piece)
+        kind = MIDDLE
+    folder = tmp_path / "trackers" / "wandb" / "offline-run-x"
+    folder.mkdir(parents=True)
+    (folder / "run-x.wandb").write_bytes(bytes(data))
+    return read_run(tmp_path, "trackers/wandb/offline-run-x", ["trackers/wandb/offline-run-x/run-x.wandb"])
+
+
+@pytest.mark.parametrize(
+    "tail",
+    [
+        pytest.param(b"\x01\x02\x03", id="bytes-after-the-last-record"),
+        pytest.param(bytes(7) + b"\x09" * 40, id="bytes-after-a-zero-header"),
+    ],
+)
+def test_what_a_wandb_log_skips_as_padding_must_be_zeros(tail: bytes) -> None:
+    """Fewer than seven bytes after the last record, or the rest of a block after a zero header, were
+    skipped as padding unchecked: another record's bytes there passed unread."""
+    from runaudit.trackers import WANDB_HEADER, TrackerUnreadable, wandb_records
+
+    sound = WANDB_HEADER + _piece(FULL, _history_record(10, train_loss=2.0))
+    assert len(list(wandb_records(sound + bytes(len(tail)), "run-x.wandb"))) == 1
+    with pytest.raises(TrackerUnreadable, match=r"run-x\.wandb: bytes \d+-\d+ are skipped as padding"):
+        list(wandb_records(sound + tail, "run-x.wandb"))
