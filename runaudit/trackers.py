@@ -111,57 +111,77 @@ class ReadBudget:
 
 def tracker_folders(capsule: Path) -> dict[str, tuple[str, ...]]:
     """Run folder -> its log files (TensorBoard event files, or one W&B ``run-<id>.wandb``), found without
-    following a symlink; only regular files count."""
-    return {**_tensorboard_folders(capsule), **_wandb_folders(capsule)}
-
-
-def _wandb_folders(capsule: Path) -> dict[str, tuple[str, ...]]:
+    following a symlink; only regular files count. :class:`TrackerUnreadable` once the listing is past
+    :data:`TRACKER_RUNS_CAP` runs or :data:`TRACKER_FILES_CAP` files, or meets a folder of more entries
+    than both allow: it stops there, however many entries the capsule holds."""
+    found: dict[str, list[str]] = {}
+    base = capsule / TRACKERS / TENSORBOARD
+    pending = [base] if base.is_dir() and not base.is_symlink() else []
+    while pending:
+        folder = pending.pop()
+        depth = len(folder.relative_to(base).parts)
+        for entry in sorted(_entries(folder, capsule), key=lambda entry: entry.name):
+            path = Path(entry.path)
+            if entry.is_dir(follow_symlinks=False):
+                if depth < TRACKER_DEPTH - 2:
+                    pending.append(path)
+            elif entry.name.startswith(TENSORBOARD_EVENTS) and entry.is_file(follow_symlinks=False):
+                parts = path.relative_to(base).parts
+                run = base / parts[0] if len(parts) > 1 else base
+                _found(found, run.relative_to(capsule).as_posix(), path.relative_to(capsule).as_posix())
     base = capsule / TRACKERS / WANDB
-    if not base.is_dir() or base.is_symlink():
-        return {}
-    found: dict[str, tuple[str, ...]] = {}
-    for folder in sorted(base.iterdir()):
-        if folder.is_symlink() or not folder.is_dir():
-            continue
-        logs = tuple(
-            sorted(
-                path.relative_to(capsule).as_posix()
-                for path in folder.iterdir()
-                if is_wandb_log(path.name) and stat.S_ISREG(os.lstat(path).st_mode)
-            )
+    for folder in _entries(base, capsule) if base.is_dir() and not base.is_symlink() else []:
+        if folder.is_dir(follow_symlinks=False):
+            run = Path(folder.path).relative_to(capsule).as_posix()
+            for entry in _entries(Path(folder.path), capsule):
+                if is_wandb_log(entry.name) and entry.is_file(follow_symlinks=False):
+                    _found(found, run, Path(entry.path).relative_to(capsule).as_posix())
+    return {name: tuple(sorted(files)) for name, files in sorted(found.items())}
+
+
+# Tracker runs and log files a capsule may hold: one training run logs to a folder or two (a TensorBoard run
+# and its add_hparams sub-run, one W&B offline run), with a new event file per resumed session. 2,000 run
+# folders made a session take 30 s (a case each, each held against all the others); the file cap allows 20,000.
+TRACKER_RUNS_CAP = 200
+TRACKER_FILES_CAP = 1_000
+
+
+def _entries(folder: Path, capsule: Path) -> list[os.DirEntry[str]]:
+    """The entries of ``folder`` (none when it cannot be listed: the capsule's inventory reports it), refused
+    past what the caps allow however many it holds."""
+    try:
+        with os.scandir(folder) as listing:
+            entries = list(itertools.islice(listing, TRACKER_RUNS_CAP + TRACKER_FILES_CAP + 1))
+    except OSError:
+        return []
+    if len(entries) > TRACKER_RUNS_CAP + TRACKER_FILES_CAP:
+        raise TrackerUnreadable(
+            f"{folder.relative_to(capsule).as_posix()}/ holds more than {TRACKER_RUNS_CAP + TRACKER_FILES_CAP} "
+            f"entries, past the caps of {TRACKER_RUNS_CAP} tracker runs and {TRACKER_FILES_CAP} log files "
+            "(docs/capsule.md §2, tracker logs)"
         )
-        if logs:
-            found[folder.relative_to(capsule).as_posix()] = logs
-    return found
+    return entries
+
+
+def _found(found: dict[str, list[str]], run: str, rel: str) -> None:
+    """Add the log file ``rel`` of ``run``, refused past the caps."""
+    if run not in found and len(found) == TRACKER_RUNS_CAP:
+        raise TrackerUnreadable(
+            f"trackers/ holds more than {TRACKER_RUNS_CAP} tracker runs, past the cap (docs/capsule.md §2, "
+            "tracker logs)"
+        )
+    files = found.setdefault(run, [])
+    files.append(rel)
+    if sum(map(len, found.values())) > TRACKER_FILES_CAP:
+        raise TrackerUnreadable(
+            f"trackers/ holds more than {TRACKER_FILES_CAP} tracker log files, past the cap (docs/capsule.md "
+            "§2, tracker logs)"
+        )
 
 
 def kind_of(name: str) -> str:
     """``tensorboard`` or ``wandb``: which tracker wrote the run folder ``name``."""
     return WANDB if name.startswith(f"{TRACKERS}/{WANDB}/") else TENSORBOARD
-
-
-def _tensorboard_folders(capsule: Path) -> dict[str, tuple[str, ...]]:
-    base = capsule / TRACKERS / TENSORBOARD
-    found: dict[str, list[str]] = {}
-    if not base.is_dir() or base.is_symlink():
-        return {}
-    for folder, dirs, files in os.walk(base, followlinks=False):
-        depth = len(Path(folder).relative_to(base).parts)
-        if depth >= TRACKER_DEPTH - 2:
-            dirs[:] = []
-        for name in sorted(files):
-            path = Path(folder) / name
-            if not name.startswith(TENSORBOARD_EVENTS) or not stat.S_ISREG(os.lstat(path).st_mode):
-                continue
-            relative = path.relative_to(capsule).as_posix()
-            parts = path.relative_to(base).parts
-            run = (
-                (base / parts[0]).relative_to(capsule).as_posix()
-                if len(parts) > 1
-                else base.relative_to(capsule).as_posix()
-            )
-            found.setdefault(run, []).append(relative)
-    return {name: tuple(sorted(files)) for name, files in sorted(found.items())}
 
 
 def read_runs(capsule: Path) -> dict[str, TrackerRun]:

@@ -632,3 +632,40 @@ def test_what_a_wandb_log_skips_as_padding_must_be_zeros(tail: bytes) -> None:
     assert len(list(wandb_records(sound + bytes(len(tail)), "run-x.wandb"))) == 1
     with pytest.raises(TrackerUnreadable, match=r"run-x\.wandb: bytes \d+-\d+ are skipped as padding"):
         list(wandb_records(sound + tail, "run-x.wandb"))
+
+
+def test_more_tracker_runs_than_are_compared_are_one_disclosed_case(
+    run_audits: Callable[..., AuditRun], project: Path, capsule_dir: Path
+) -> None:
+    """2,000 run folders made a session take 30 s, a case each held against all the others; the capsule's
+    file cap allows 20,000. Past the runs cap the folders are not listed further and one case says why."""
+    from runaudit.trackers import TRACKER_RUNS_CAP
+
+    data = b"".join(_tfrecords(_events(*OWN)))
+    for index in range(TRACKER_RUNS_CAP + 1):
+        folder = capsule_dir / "trackers" / "tensorboard" / f"r{index:04d}"
+        folder.mkdir(parents=True)
+        (folder / "events.out.tfevents.1.host").write_bytes(data)
+    outcome = run_audits(capsule_dir.name, project, "-k", "tracker_agrees")
+    assert outcome.report is not None, outcome.result.stdout.str()
+    (verdict,) = [item for item in outcome.report["verdicts"] if item["audit"] == AUDIT]
+    assert verdict["subject"] == "trackers" and verdict["verdict"] == "disclosed"
+    assert f"trackers/ holds more than {TRACKER_RUNS_CAP} tracker runs, past the cap" in verdict["message"]
+
+
+@pytest.mark.parametrize("where", ["tensorboard/digits", "wandb"])
+def test_a_tracker_folder_of_more_entries_than_the_caps_allow_is_refused_unlisted(
+    tmp_path: Path, where: str
+) -> None:
+    """A folder's listing is cut at what the caps allow, and refused there: a million files in one run
+    folder were listed whole, and entries past a cut would be left out unseen."""
+    from runaudit.trackers import TRACKER_FILES_CAP, TRACKER_RUNS_CAP, TrackerUnreadable, tracker_folders
+
+    folder = tmp_path / "trackers" / where
+    folder.mkdir(parents=True)
+    for index in range(TRACKER_RUNS_CAP + TRACKER_FILES_CAP + 1):
+        (folder / f"notes-{index}.txt").touch()
+    with pytest.raises(
+        TrackerUnreadable, match=rf"trackers/{where}/ holds more than \d+ entries, past the caps"
+    ):
+        tracker_folders(tmp_path)
