@@ -97,10 +97,10 @@ def test_yaml_anchors_within_the_budget_load_and_bombs_do_not() -> None:
             "twice": [[1, 2], [1, 2]],
         }
     ]
-    start = time.monotonic()
+    start = time.process_time()  # CPU seconds: the wall clock beside other workers measures the machine
     with pytest.raises(YamlRefused, match=f"expands past {CONFIG_NODES} YAML nodes through its aliases"):
         yaml_documents(_bomb())
-    assert time.monotonic() - start < 5
+    assert time.process_time() - start < 5
     with pytest.raises(YamlRefused, match="recursive"):
         yaml_documents(b"a: &a [1, *a]\n")
     with pytest.raises(YamlRefused, match="nests deeper than"):

@@ -244,9 +244,9 @@ def test_a_bomb_of_zeros_is_inflated_no_further_than_the_header_implies() -> Non
     zeros = zlib.compressobj(9)
     bomb = b"".join(zeros.compress(bytes(1 << 20)) for _ in range(256)) + zeros.flush()
     png = assembled([(b"IHDR", ihdr(64, 64, 8, 0, 0)), (b"IDAT", bomb), (b"IEND", b"")])
-    started = time.perf_counter()
+    started = time.process_time()  # CPU seconds: the wall clock beside other workers measures the machine
     assert "image data inflates past the 4,160 bytes" in damage_message(png)
-    assert time.perf_counter() - started < 0.5
+    assert time.process_time() - started < 0.5
 
 
 def test_a_bad_crc_on_the_image_data_is_refused() -> None:

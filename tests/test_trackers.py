@@ -369,15 +369,16 @@ def test_a_record_of_many_pieces_is_read_in_linear_time() -> None:
         return bytes(data)
 
     def timed(data: bytes) -> tuple[float, list[bytes]]:
-        started = time.perf_counter()
+        """CPU seconds, not wall: beside the suite's other workers the wall clock measures the machine."""
+        started = time.process_time()
         records = list(wandb_records(data, "run-x.wandb"))
-        return time.perf_counter() - started, records
+        return time.process_time() - started, records
 
     one, (record,) = timed(framed([FIRST] + [MIDDLE] * (len(pieces) - 2) + [LAST]))
     assert record == b"".join(pieces)
     separate, records = timed(framed([FULL] * len(pieces)))
     assert records == pieces
-    assert one < 3 * separate + 0.05, f"one record {one:.2f} s, as many records {separate:.2f} s"
+    assert one < 3 * separate + 0.1, f"one record {one:.2f} s, as many records {separate:.2f} s"
 
 
 def _wandb_run(tmp_path: Path, *records: bytes) -> TrackerRun:
@@ -480,11 +481,11 @@ def test_a_run_at_the_tag_cap_is_compared_in_time_linear_in_its_points() -> None
     tags = {f"g{index}/train_loss": {10: 1.0} for index in range(TAGS_CAP)}
     config = {"train": {f"key{index}": index for index in range(TAGS_CAP)}}
     run = TrackerRun("tb/a", (), tags, {f"key{index}": index + 1 for index in range(TAGS_CAP)})
-    started = time.perf_counter()
+    started = time.process_time()  # CPU seconds: the wall clock beside other workers measures the machine
     findings, columns = scalar_findings(run, history)
     assert len(columns) == TAGS_CAP and all("stops before train.csv" in line for line in findings)
     assert len(config_findings(run, config)) == TAGS_CAP
-    assert time.perf_counter() - started < 1.0
+    assert time.process_time() - started < 1.0
 
 
 # -- two series in one log, and what reading a capsule's logs may cost ------------------------------------
