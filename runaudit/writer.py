@@ -21,10 +21,15 @@ What the writer guarantees, so that the closure audits hold by construction:
 
 - ``active/<run_id>`` has one writer at a time (an advisory lock the kernel drops when the process dies);
   reopening a run resumes it: ``config.yaml`` must be the same, ``train.csv`` keeps the rows up to the
-  last checkpoint (later rows are logged again by the resumed loop), and :meth:`RunWriter.resume_state`
-  gives back what the last checkpoint saved.
-- every file lands atomically (temp sibling, fsync, rename); a ``train.csv`` row is one append and a
-  row torn by a crash is dropped on reopen.
+  last checkpoint (none before the first: later rows are logged again by the resumed loop), and
+  :meth:`RunWriter.resume_state` gives back what the last checkpoint saved.
+- a checkpoint is one commit: its files are staged, the writer's state naming them is written, then they
+  are renamed into place, so a crash at any moment leaves the last checkpoint whole (its best and latest
+  files, the state and train.csv agreeing) or the new one, finished by the next open.
+- reopening a finished run to go on with it withdraws its ``run.json`` and ``last`` at the first change:
+  a crash before the next :meth:`RunWriter.finish` cannot leave the earlier finish to be sealed.
+- every file lands atomically (temp sibling, fsync, rename); a ``train.csv`` row is one append: a row
+  torn by a crash is dropped on reopen, one whose write failed is cut off at once.
 - ``best`` follows the declared selection (metric, split, mode) and carries its lineage (epoch, step,
   value); ``last`` is the final state; ``latest.pth``, the resume anchor, stays in ``active/``.
 - ``metrics.json`` is derived from the per-item rows of ``results.parquet`` with the aggregation that
@@ -94,6 +99,8 @@ SELECTION_CAP = 100  # docs/capsule.md §7: K = min(100, n_test)
 SAVES_KEPT = 20  # the recent checkpoint saves kept in the state file, for the cadence audit
 STATE_HINT = "it is the writer's bookkeeping of this run: restore it, or start a new run id"
 HISTORY_CAP = 1 << 30  # train.csv of a long step-level run; past this the file is not the writer's
+LATEST = "latest.pth"
+STAGED = ".staged"  # a checkpoint file written but not yet the run's: ``.<name>.staged`` beside it
 
 
 class SealRefused(WriterError):
@@ -165,9 +172,11 @@ class _History:
     columns: list[str] = field(default_factory=list)
     rows: list[dict[str, str]] = field(default_factory=list)
     resumed: bool = False
+    torn: bool = False  # a failed row could not be cut off: only a reopen (which drops it) goes on
 
     def load(self, upto_step: int | None) -> None:
-        """The rows already written, keeping those up to ``upto_step`` (the last checkpoint's)."""
+        """The rows already written, keeping those up to ``upto_step`` (the last checkpoint's; None before
+        the first checkpoint keeps none: the resumed loop starts over and logs them again)."""
         if not self.path.is_file():
             return
         try:
@@ -178,8 +187,10 @@ class _History:
         reader = csv.DictReader(io.StringIO(complete))
         self.columns = list(reader.fieldnames or [])
         self.rows = [dict(row) for row in reader]
-        if upto_step is not None:  # rows after the last checkpoint are logged again by the resumed loop
-            self.rows = [row for row in self.rows if _int_cell(row.get("step")) <= upto_step]
+        # rows after the last checkpoint are logged again by the resumed loop
+        self.rows = [
+            row for row in self.rows if upto_step is not None and _int_cell(row.get("step")) <= upto_step
+        ]
         self.resumed = bool(self.rows)
         write_bytes_atomic(self.path, self._render(self.rows, header=True))
 
@@ -199,13 +210,41 @@ class _History:
             )
         row = {key: _cell(key, values.get(key)) for key in self.columns if key != "resume"}
         row["resume"] = "true" if self.resumed else "false"
+        last = self.rows[-1] if self.rows else None
+        for name in ("epoch", "step"):
+            if last is not None and _int_cell(row[name]) < _int_cell(last[name]):
+                raise WriterError(
+                    f"{self.path}: {name} {row[name]} comes after {name} {last[name]}; train.csv's counters never "
+                    "go back (a resumed loop starts after run.epoch and run.step)"
+                )
+        if self.torn:
+            raise WriterError(f"{self.path}: a row could not be written nor cut off; reopen the run to go on")
+        self._append(self._render([row], header=False), row)
         self.resumed = False
-        data = self._render([row], header=False)
-        with self.path.open("ab") as handle:  # one write per row: a crash tears at most this row
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
         self.rows.append(row)
+
+    def _append(self, data: bytes, row: Mapping[str, str]) -> None:
+        """One write per row, unbuffered: a crash tears at most this row, and a write that fails (a full
+        disk, a file size limit) is cut off at once, before a later row can join its torn end."""
+        handle = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC)
+        try:
+            before = os.fstat(handle).st_size
+            try:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(handle, view) :]
+                os.fsync(handle)
+            except OSError as exc:
+                try:
+                    os.ftruncate(handle, before)
+                except OSError:
+                    self.torn = True
+                raise WriterError(
+                    f"{self.path}: the row of epoch {row['epoch']}, step {row['step']} was not written "
+                    f"({exc.strerror or exc}); train.csv holds the rows before it"
+                ) from None
+        finally:
+            os.close(handle)
 
     def _render(self, rows: Iterable[Mapping[str, str]], *, header: bool) -> bytes:
         buffer = io.StringIO()
@@ -311,6 +350,7 @@ class RunWriter:
         self.best_written_without_metric = False
         self._lock: IO[bytes] | None = None
         self._finished = False
+        self._finish_withdrawn = True
 
         if (self.root / "export" / run_id).exists():
             raise WriterError(
@@ -391,10 +431,31 @@ class RunWriter:
         self.selections = dict(saved.get("selections", {}))
         self.declarations = list(saved.get("declarations", []))
         self.saves = [item for item in saved.get("saves", []) if isinstance(item, dict)]
+        self._settle_staged(saved.get("staged", []), state_path)
         self.history = _History(self.folder / "train.csv")
         self.history.load(self.latest.step if self.latest is not None else None)
+        # a finished run reopened: its run.json and last go at the first change (see _open_for_writing)
+        self._finish_withdrawn = not os.path.lexists(self.folder / "run.json")
 
-    def _save_state(self) -> None:
+    def _settle_staged(self, committed: Any, state_path: Path) -> None:
+        """Finish the checkpoint whose state was written but whose files were not all renamed into place;
+        discard files staged by one whose state never was (the last checkpoint is then whole as it was)."""
+        names = {f"best{self.suffix}", LATEST}
+        if not isinstance(committed, list) or not set(committed) <= names:
+            raise WriterError(f"{state_path}: its staged record is not the writer's; {STATE_HINT}")
+        for name in sorted(names):
+            staged = self.folder / f".{name}{STAGED}"
+            if name in committed and os.path.lexists(staged):
+                os.replace(staged, self.folder / name)
+            elif name not in committed:
+                staged.unlink(missing_ok=True)
+        fsync_dir(self.folder)
+        if committed:
+            self._save_state()
+
+    def _save_state(self, staged: Sequence[str] = ()) -> None:
+        """Write the writer's bookkeeping; ``staged``: the checkpoint files this state commits, still
+        under their staged names (:meth:`_settle_staged` renames them if the process dies first)."""
         state = {
             "suffix": self.suffix,
             "best": self.best.document() if self.best else None,
@@ -404,6 +465,7 @@ class RunWriter:
             "selections": self.selections,
             "declarations": self.declarations,
             "saves": self.saves,
+            "staged": list(staged),
         }
         write_json_atomic(self.folder / STATE_FILE, state)
 
@@ -491,6 +553,13 @@ class RunWriter:
         clash = sorted(RESERVED_STATE_KEYS & set(extra))
         if clash:
             raise WriterError(f"run {self.run_id}: checkpoint state may not use the writer's keys {clash}")
+        for name, kept in extra.items():
+            if not loads_without_pickle(kept):
+                raise WriterError(
+                    f"run {self.run_id}: checkpoint state {name!r} holds {_kind_of(kept)}, which "
+                    "torch.load(weights_only=True) cannot read back to resume; save tensors, numbers, strings "
+                    "and lists or dicts of them (numpy arrays as torch.from_numpy(...))"
+                )
         if value is not None and not math.isfinite(float(value)):
             raise WriterError(f"run {self.run_id}: selection value {value!r} at epoch {epoch} is not finite")
         improves = value is not None and (
@@ -511,6 +580,8 @@ class RunWriter:
             self.best_written_without_metric = True
             improves = True
         began = time.monotonic()
+        staged: list[str] = []
+        chosen = self.best
         if improves:
             logged = self.history.value_at(f"val_{self.selection.metric}", epoch, step)
             if (
@@ -529,11 +600,12 @@ class RunWriter:
                 "mode": self.selection.mode,
                 "value": lineage.value,
             }
-            self._save_weights(self.folder / f"best{self.suffix}", weights, epoch, step, selection)
-            self.best = lineage
+            staged.append(f"best{self.suffix}")
+            self._save_weights(self._staged(staged[-1]), weights, epoch, step, selection)
+            chosen = lineage
         anchor = {"model": weights, "epoch": epoch, "step": step, **extra}
-        _torch_save(self.folder / "latest.pth", anchor)
-        self.latest = _Lineage(epoch, step)
+        staged.append(LATEST)
+        _torch_save(self._staged(LATEST), anchor)
         # When and how long each save took: preflight.checkpoint_cadence weighs them against the
         # interruption rate (Young/Daly), while the run trains.
         saved = {
@@ -542,14 +614,22 @@ class RunWriter:
             "epoch": epoch,
             "step": step,
         }
+        self.best, self.latest = chosen, _Lineage(epoch, step)
         self.saves = [*self.saves, saved][-SAVES_KEPT:]
+        self._save_state(staged)  # the commit: from here a reopen finishes what follows
+        for name in staged:
+            os.replace(self._staged(name), self.folder / name)
+        fsync_dir(self.folder)
         self._save_state()
         return improves
+
+    def _staged(self, name: str) -> Path:
+        return self.folder / f".{name}{STAGED}"
 
     def resume_state(self) -> dict[str, Any] | None:
         """What the last :meth:`checkpoint` saved (``model`` weights, ``epoch``, ``step`` and the ``state``
         keys), loaded with ``weights_only=True``; None for a fresh run."""
-        latest = self.folder / "latest.pth"
+        latest = self.folder / LATEST
         if self.latest is None or not latest.is_file():
             return None
         import torch
@@ -742,7 +822,7 @@ class RunWriter:
         assert latest is not None  # self.latest is set, and checkpoint() wrote the file
         last = self.folder / f"last{self.suffix}"
         if self.suffix == ".pth":
-            write_bytes_atomic(last, (self.folder / "latest.pth").read_bytes())
+            write_bytes_atomic(last, (self.folder / LATEST).read_bytes())
         else:
             self._save_weights(last, latest["model"], self.latest.epoch, self.latest.step, None)
         write_json_atomic(self.folder / "run.json", self._declaration())
@@ -777,8 +857,16 @@ class RunWriter:
         self.release()  # after a failure the folder stays as it is: reopening resumes it
 
     def _open_for_writing(self) -> None:
+        """Refuse a finished writer; withdraw a reopened finished run's ``run.json`` and ``last`` before
+        its first change, so that until :meth:`finish` writes them anew the run is unfinished, never sealed
+        as its earlier finish."""
         if self._finished or self._lock is None:
             raise WriterError(f"run {self.run_id}: the writer was finished; reopen the run to continue it")
+        if not self._finish_withdrawn:
+            for name in ("run.json", *(f"last{suffix}" for suffix in CHECKPOINT_FORMATS.values())):
+                (self.folder / name).unlink(missing_ok=True)
+            fsync_dir(self.folder)
+            self._finish_withdrawn = True
 
     def _declaration(self) -> dict[str, Any]:
         assert self.best is not None and self.latest is not None
@@ -943,6 +1031,54 @@ def _unshared(weights: Mapping[str, Any]) -> dict[str, Any]:
 def _saved_state(value: Any) -> Any:
     """An optimizer, scheduler or scaler as its state dict; anything else as given."""
     return value.state_dict() if hasattr(value, "state_dict") and callable(value.state_dict) else value
+
+
+def weights_only_plain(value: Any) -> bool:
+    """Whether ``value`` is made only of what ``torch.load(weights_only=True)`` reads back without asking:
+    tensors, numbers, strings, dtypes and devices, and lists, tuples and dicts of them."""
+    import torch
+
+    if value is None or isinstance(value, (bool, int, float, str, bytes, torch.Tensor)):
+        return True
+    if isinstance(value, (torch.dtype, torch.device, torch.Size)):
+        return True
+    if isinstance(value, (list, tuple)):
+        return all(weights_only_plain(item) for item in value)
+    if type(value) is dict or type(value).__name__ == "OrderedDict":
+        return all(weights_only_plain(key) and weights_only_plain(item) for key, item in value.items())
+    return False
+
+
+def loads_without_pickle(value: Any) -> bool:
+    """Whether a resume can load ``value`` with ``weights_only=True``: plain values at once, anything else
+    by saving and loading it in memory (torch allows more than :func:`weights_only_plain` knows)."""
+    if weights_only_plain(value):
+        return True
+    import pickle
+
+    import torch
+
+    buffer = io.BytesIO()
+    try:
+        torch.save(value, buffer)
+        buffer.seek(0)
+        torch.load(buffer, weights_only=True)
+    except (pickle.UnpicklingError, RuntimeError, TypeError, AttributeError):
+        return False
+    return True
+
+
+def _kind_of(value: Any) -> str:
+    """The first part of ``value`` that is not plain, by its type (``a numpy.ndarray``)."""
+    parts = value.items() if isinstance(value, Mapping) else value if isinstance(value, (list, tuple)) else ()
+    for part in parts:
+        for item in part if isinstance(value, Mapping) else (part,):
+            if not weights_only_plain(item):
+                return _kind_of(item)
+    kind = type(value)
+    return (
+        f"a {kind.__name__}" if kind.__module__ == "builtins" else f"a {kind.__module__}.{kind.__qualname__}"
+    )
 
 
 def _torch_save(path: Path, payload: Mapping[str, Any]) -> None:

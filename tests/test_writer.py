@@ -323,3 +323,163 @@ def test_a_row_value_that_is_not_one_number_is_a_writer_error(writer: RunWriter)
         with pytest.raises(WriterError, match=f"train.csv train_loss: .*{why}"):
             writer.log(epoch=1, step=3, train_loss=value, val_accuracy=0.5)
     writer.log(epoch=1, step=3, train_loss=torch.tensor(0.5), val_accuracy=0.5)  # one element: a number
+
+
+# -- crashes and failed writes: the run resumes from one whole checkpoint ----------------------------------
+
+
+def _epochs(run: RunWriter, through: int) -> None:
+    for epoch in range(run.epoch + 1, through + 1):
+        accuracy = 0.1 * epoch
+        run.log(
+            epoch=epoch, step=3 * epoch, train_loss=1 / epoch, val_accuracy=accuracy, val_loss=1 - accuracy
+        )
+        model = torch.nn.Linear(3, 2)
+        with torch.no_grad():
+            model.weight.fill_(epoch)
+        run.checkpoint(model, epoch=epoch, step=3 * epoch, value=accuracy, state={"epoch_seen": epoch})
+
+
+def _killed_in_checkpoint(root: Path, moment: str, **changes: Any) -> None:
+    """Train 3 epochs in a child process SIGKILLed inside the third checkpoint, at ``moment``: its files
+    staged but not committed, committed but not renamed, or renamed but the state not yet rewritten."""
+    import signal
+
+    child = os.fork()
+    if child == 0:  # pragma: no cover - the child dies by SIGKILL
+        save = RunWriter._save_state
+
+        def dying(self: RunWriter, staged: Any = ()) -> None:
+            third = self.latest is not None and self.latest.epoch == 3
+            if third and ((moment == "staged" and staged) or (moment == "renamed" and not staged)):
+                os.kill(os.getpid(), signal.SIGKILL)
+            save(self, staged)
+            if third and moment == "committed" and staged:
+                os.kill(os.getpid(), signal.SIGKILL)
+
+        try:
+            RunWriter._save_state = dying  # type: ignore[method-assign]
+            _epochs(_open(root, **changes), 3)
+        finally:
+            os._exit(0)  # never back into the test runner: a child that was not killed fails the test
+    _, status = os.waitpid(child, 0)
+    assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL
+
+
+@pytest.mark.parametrize(
+    ("moment", "format_", "epoch"),
+    [
+        ("staged", "torch", 2),
+        ("committed", "torch", 3),
+        ("renamed", "torch", 3),
+        ("staged", "safetensors", 2),
+        ("committed", "safetensors", 3),
+    ],
+)
+def test_a_run_killed_inside_a_checkpoint_resumes_from_one_whole_checkpoint(
+    tmp_path: Path, moment: str, format_: str, epoch: int
+) -> None:
+    """latest.pth, best and the writer's state were written one after the other: a kill between them
+    resumed at epoch 2 with epoch 3's weights (an epoch trained twice, sealed and passed), or left a best
+    that no state knew (the run could never be sealed)."""
+    root = tmp_path / "project"
+    _killed_in_checkpoint(root, moment, checkpoint_format=format_)
+    run = _open(root, checkpoint_format=format_)
+    saved = run.resume_state()
+    assert saved is not None and run.epoch == saved["epoch"] == saved["epoch_seen"] == epoch
+    assert float(saved["model"]["weight"][0, 0]) == epoch
+    assert [int(row["epoch"]) for row in _rows(run.folder / "train.csv")] == list(range(1, epoch + 1))
+    assert run.best is not None and run.best.epoch == epoch
+    assert float(run.best_weights()["weight"][0, 0]) == epoch
+    assert not list(run.folder.glob(".*.staged"))
+    _epochs(run, 4)
+    assert run.epoch == 4 and [int(row["epoch"]) for row in _rows(run.folder / "train.csv")] == [1, 2, 3, 4]
+
+
+def test_rows_logged_before_the_first_checkpoint_are_not_kept(writer: RunWriter) -> None:
+    """A crash before the first checkpoint kept every row, and the resumed loop, starting at epoch 1, logged
+    them again: train.csv sealed each step twice with different losses, and the audits passed."""
+    writer.log(epoch=1, step=3, train_loss=0.9, val_accuracy=0.5, val_loss=1.0)
+    writer.release()
+    run = _open(writer.root)
+    assert run.epoch == 0 and run.history.rows == [] and _rows(run.folder / "train.csv") == []
+    run.log(epoch=1, step=3, train_loss=0.8, val_accuracy=0.5, val_loss=1.0)
+    assert [row["train_loss"] for row in _rows(run.folder / "train.csv")] == ["0.8"]
+    run.release()
+
+
+def test_train_csv_counters_never_go_back(writer: RunWriter) -> None:
+    writer.log(epoch=2, step=6, train_loss=0.9, val_accuracy=0.5, val_loss=1.0)
+    with pytest.raises(WriterError, match=r"train.csv: step 3 comes after step 6; .* never go back"):
+        writer.log(epoch=2, step=3, train_loss=0.8, val_accuracy=0.5, val_loss=1.0)
+    with pytest.raises(WriterError, match=r"train.csv: epoch 1 comes after epoch 2"):
+        writer.log(epoch=1, step=9, train_loss=0.8, val_accuracy=0.5, val_loss=1.0)
+    writer.log(epoch=2, step=6, train_loss=0.8, val_accuracy=0.6, val_loss=0.9)  # the same step again
+
+
+def test_a_row_whose_write_fails_is_cut_off_and_named(tmp_path: Path) -> None:
+    """A full disk (here a file size limit) tore a row, and the next row joined its torn end: ``44,40,...``
+    was sealed as epoch 44, with a bare OSError naming no run or file."""
+    import resource
+    import signal
+
+    root = tmp_path / "project"
+    run = _open(root)
+    run.log(epoch=1, step=3, train_loss=0.9, val_accuracy=0.5, val_loss=1.0)
+    before = (run.folder / "train.csv").read_bytes()
+    reader, writer_end = os.pipe()
+    child = os.fork()
+    if child == 0:  # pragma: no cover - reports through the pipe
+        os.close(reader)
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (len(before) + 8, len(before) + 8))
+        try:
+            run.log(epoch=2, step=6, train_loss=0.25, val_accuracy=0.7, val_loss=0.3)
+            said = "written"
+        except BaseException as exc:  # never back into the test runner
+            said = f"{type(exc).__name__}: {exc}"
+        finally:
+            os.write(writer_end, said.encode())
+            os._exit(0)
+    os.close(writer_end)
+    with os.fdopen(reader, "rb") as pipe:
+        said = pipe.read().decode()
+    os.waitpid(child, 0)
+    assert said.startswith(
+        f"WriterError: {run.folder / 'train.csv'}: the row of epoch 2, step 6 was not written"
+    )
+    assert (run.folder / "train.csv").read_bytes() == before
+    run.log(epoch=2, step=6, train_loss=0.25, val_accuracy=0.7, val_loss=0.3)
+    assert [row["epoch"] for row in _rows(run.folder / "train.csv")] == ["1", "2"]
+    run.release()
+
+
+def test_a_finished_run_reopened_withdraws_its_finish_at_the_first_change(writer: RunWriter) -> None:
+    """A finished run reopened to train on, then killed before finishing again, was sealed by close with
+    the first finish's run.json (2 epochs run) and last.pth over a train.csv of 4 epochs: the audits passed."""
+    ids = _scored_writer(writer)
+    with writer.test(sample_ids=ids) as test:
+        test.score("clean", ids, accuracy=[1, 0, 1, 1], loss=[0.1, 0.2, 0.3, 0.4])
+        for sample_id in test.selected:
+            test.render("clean", sample_id, input=np.zeros((2, 2)), prediction=np.ones((2, 2, 3)))
+    writer.finish()
+    looked = _open(writer.root)  # reopened and let go without a change: still finished
+    looked.release()
+    assert (writer.folder / "run.json").is_file() and (writer.folder / "last.pth").is_file()
+    run = _open(writer.root)
+    run.log(epoch=2, step=6, train_loss=0.8, val_accuracy=0.4, val_loss=0.9)
+    assert not (writer.folder / "run.json").exists() and not (writer.folder / "last.pth").exists()
+    run.release()
+    closed = _cli("close", "tiny", "--root", str(writer.root))
+    assert closed.returncode != 0 and "run.json is missing" in closed.stderr
+
+
+def test_checkpoint_state_a_resume_cannot_load_is_refused_at_the_first_checkpoint(writer: RunWriter) -> None:
+    """numpy's RNG state saved at every epoch, and only the resume (or finish) met torch's multi-paragraph
+    UnpicklingError, naming no run."""
+    writer.log(epoch=1, step=3, train_loss=0.9, val_accuracy=0.5, val_loss=1.0)
+    with pytest.raises(WriterError, match=r"checkpoint state 'numpy_rng' holds a numpy.ndarray, which torch"):
+        writer.checkpoint(_model(), epoch=1, step=3, value=0.5, state={"numpy_rng": np.random.get_state()})
+    assert not (writer.folder / "latest.pth").exists()
+    plain = {"rng": torch.get_rng_state(), "sizes": torch.Size([2, 3]), "order": [(1, "a")]}
+    writer.checkpoint(_model(), epoch=1, step=3, value=0.5, state={"extra": plain})

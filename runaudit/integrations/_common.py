@@ -111,22 +111,6 @@ def set_rng_state(state: Mapping[str, Any]) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
-def weights_only_safe(value: Any) -> bool:
-    """Whether ``torch.load(weights_only=True)`` reads ``value`` back: tensors, numbers, strings and
-    containers of them (a framework's state may hold other objects; those are left out of a checkpoint)."""
-    import torch
-
-    if value is None or isinstance(value, (bool, int, float, str, bytes, torch.Tensor)):
-        return True
-    if isinstance(value, (torch.dtype, torch.device, torch.Size)):
-        return True
-    if isinstance(value, (list, tuple)):
-        return all(weights_only_safe(item) for item in value)
-    if type(value) is dict or type(value).__name__ == "OrderedDict":
-        return all(weights_only_safe(key) and weights_only_safe(item) for key, item in value.items())
-    return False
-
-
 def release(run: RunWriter | None) -> None:
     """Let go of the run after a failure: its folder stays as it is, and reopening it resumes it."""
     if run is not None:

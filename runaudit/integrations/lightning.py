@@ -76,10 +76,9 @@ from runaudit.integrations._common import (
     rng_state,
     scalar,
     set_rng_state,
-    weights_only_safe,
 )
 from runaudit.usage import WriterError
-from runaudit.writer import RunWriter, open_run
+from runaudit.writer import RunWriter, open_run, weights_only_plain
 
 # What the resume point keeps of Lightning's own checkpoint, besides the weights the writer saves itself.
 OPTIMIZERS, SCHEDULERS, LIGHTNING = "optimizer", "lr_scheduler", "lightning"
@@ -246,8 +245,8 @@ class CapsuleCallback(pl.Callback):
             if name in NOT_RESUME_STATE:
                 continue
             if name == "callbacks" and isinstance(value, Mapping):
-                kept[name] = {key: state for key, state in value.items() if weights_only_safe(state)}
-            elif weights_only_safe(value):
+                kept[name] = {key: state for key, state in value.items() if weights_only_plain(state)}
+            elif weights_only_plain(value):
                 kept[name] = value
         return {
             OPTIMIZERS: list(checkpoint.get("optimizer_states", [])),
