@@ -535,7 +535,11 @@ def test_tracker_agrees(
     compared, logged = _compared(capsule, runs, tracker_run, history)
     findings = list(compared)  # the cached list stays as it is for the other cases
     if not logged:
-        tags = ", ".join(sorted(runs[tracker_run].scalars)) or "none"
+        names = sorted(runs[tracker_run].scalars)
+        tags = ", ".join(name[:80] for name in names[:SHOWN]) + (
+            f", ... ({len(names)} in all)" if len(names) > SHOWN else ""
+        )
+        tags = tags or "none"
         findings.append(
             f"{tracker_run}: none of its scalars ({tags}) is a train.csv column: another run's log"
         )
@@ -560,4 +564,12 @@ def test_tracker_agrees(
     if findings:
         audit.disclose(f"run {run.run_id}: " + "; ".join(findings), affects=[TRAINING, *metric_claims(run)])
         return
-    audit.note(f"{tracker_run}: {', '.join(logged)} agree with train.csv point for point")
+    uncompared = runs[tracker_run].uncompared
+    audit.note(
+        f"{tracker_run}: {', '.join(logged)} agree with train.csv point for point"
+        + (
+            f"; config {', '.join(uncompared[:SHOWN])} not compared (past 1 MiB of JSON)"
+            if uncompared
+            else ""
+        )
+    )

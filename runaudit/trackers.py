@@ -59,19 +59,33 @@ class TrackerRun:
     hparams: dict[str, Any] = field(default_factory=dict)
     goals: dict[str, str] = field(default_factory=dict)  # W&B define_metric(summary=...): "max" or "min"
     rewritten: dict[str, Rewrites] = field(default_factory=dict)  # tag -> points an earlier value was under
+    uncompared: list[str] = field(default_factory=list)  # hyperparameters too large to parse
+    # tag -> step -> a point dropped by preemption, until a later point at its step is held against it
+    preempted: dict[str, dict[int, float]] = field(default_factory=dict)
 
-    def log(self, tag: str, step: int, value: float, rel: str) -> None:
+    def log(self, tag: str, step: int, value: float, rel: str, *, preempt: bool = False) -> None:
         """Keep ``value`` as the tag's point at ``step``; one that replaces a different value is counted
-        (the comparison sees the last, and the earlier series would otherwise vanish unseen)."""
+        (the comparison sees the last, and the earlier series would otherwise vanish unseen). ``preempt``:
+        as TensorBoard's loader charts a tag, a point at a step the tag already reached drops the tag's
+        points from that step on (a resumed run's log then charts the resumed series)."""
+        if len(tag) > TAG_NAME_CAP:
+            raise TrackerUnreadable(
+                f"{rel} names a tag of {len(tag)} characters, past the {TAG_NAME_CAP} cap"
+            )
         if tag not in self.scalars and len(self.scalars) == TAGS_CAP:
             raise TrackerUnreadable(f"{rel} logs more than {TAGS_CAP} scalar tags, past the cap")
         points = self.scalars.setdefault(tag, {})
-        earlier = points.get(step)
+        dropped = self.preempted.get(tag, {})
+        earlier = points[step] if step in points else dropped.pop(step, None)
         if earlier is not None and not _agree(earlier, value):
             rewrites = self.rewritten.setdefault(tag, Rewrites())
             rewrites.count += 1
             if len(rewrites.first) < SHOWN:
                 rewrites.first.append((step, earlier, value))
+        if preempt:  # points are kept in step order, so the dropped ones are the last ones
+            while points and next(reversed(points)) >= step:
+                at, kept = points.popitem()
+                self.preempted.setdefault(tag, {})[at] = kept
         points[step] = value
 
 
@@ -81,17 +95,23 @@ class ReadBudget:
     caps of its own, but a capsule may hold thousands of files (100 event files of 149k empty records each,
     every one under its file's caps, took 134 s)."""
 
-    entries: int = field(default_factory=lambda: TRACKER_ENTRIES_CAP)
+    tensorboard_entries: int = field(default_factory=lambda: TENSORBOARD_ENTRIES_CAP)
+    wandb_entries: int = field(default_factory=lambda: WANDB_ENTRIES_CAP)
     tensorboard_bytes: int = field(default_factory=lambda: TENSORBOARD_CAPSULE_CAP)
     wandb_bytes: int = field(default_factory=lambda: WANDB_CAPSULE_CAP)
 
-    def spend(self, rel: str, entries: int) -> None:
-        """Charge ``entries`` records and values read from ``rel``; refuse the capsule's logs past the cap."""
-        self.entries -= entries
-        if self.entries < 0:
+    def spend(self, rel: str, entries: int, kind: str) -> None:
+        """Charge ``entries`` records and values read from ``rel`` to its tracker; refuse past the cap."""
+        if kind == TENSORBOARD:
+            self.tensorboard_entries -= entries
+            left, cap = self.tensorboard_entries, TENSORBOARD_ENTRIES_CAP
+        else:
+            self.wandb_entries -= entries
+            left, cap = self.wandb_entries, WANDB_ENTRIES_CAP
+        if left < 0:
             raise TrackerUnreadable(
-                f"{rel}: the capsule's tracker logs hold more than {TRACKER_ENTRIES_CAP} records and values "
-                "together, past the cap (docs/capsule.md §2, tracker logs)"
+                f"{rel}: the capsule's {kind} logs hold more than {cap} records and values together, past the "
+                "cap (docs/capsule.md §2, tracker logs)"
             )
 
     def spend_bytes(self, rel: str, size: int, kind: str) -> None:
@@ -206,6 +226,7 @@ LOG_CAP = 256 << 20
 # What one run may log: a W&B log of 1M tags (44 MB) took 50 s and 1.4 GB to read and compare; a real run
 # logs tens of scalars and hyperparameters. More than this is refused, not compared.
 TAGS_CAP = 10_000
+TAG_NAME_CAP = 4096  # characters of a tag or hyperparameter name: a real one is tens
 # TensorBoard's reader without TensorFlow checks each record's CRC32C a byte at a time in Python, and each
 # event goes through its compat layers and ``make_ndarray``: 4 MiB of 69-byte scalar events (61k) took
 # 2.0 s to read, about 33 µs an event and 0.2 µs a byte of CRC; a 64 MiB event file made a session take
@@ -213,12 +234,14 @@ TAGS_CAP = 10_000
 # 10 MB). Past either cap an event file is refused, not read: about 5 s at most (records as small as 16
 # bytes make the event count the binding cap).
 TENSORBOARD_CAP = 16 << 20
-TENSORBOARD_EVENTS_CAP = 150_000
-# What all of a capsule's tracker logs may hold together. Records (events) and the values they log: at about
-# 20 µs an event and 35 µs a value through TensorBoard's layers, 600,000 of them take at most ~20 s; a run
-# logging 5 scalars at each of 60,000 steps to one tracker, or at each of 30,000 to both, is 300,000 values.
-# Bytes: TensorBoard's CRC runs in Python (0.2 µs a byte), W&B's in C, so their caps differ.
-TRACKER_ENTRIES_CAP = 600_000
+TENSORBOARD_EVENTS_CAP = 200_000
+# What all of a capsule's logs of one tracker may hold together. Records (events) and the values they log:
+# at about 20 µs an event and 35 µs a value through TensorBoard's layers, 600,000 of them take ~20 s at most
+# (a run logging 5 scalars at each of 40,000 steps: 200,000 events of one value each, 400,000 entries); a
+# W&B record and its values cost about 7 µs, and W&B adds three bookkeeping items a row (5 scalars at each
+# of 100,000 steps: 900,000 entries). Bytes: TensorBoard's CRC runs in Python (0.2 µs a byte), W&B's in C.
+TENSORBOARD_ENTRIES_CAP = 600_000
+WANDB_ENTRIES_CAP = 2_000_000
 TENSORBOARD_CAPSULE_CAP = 2 * TENSORBOARD_CAP
 WANDB_CAPSULE_CAP = 2 * LOG_CAP
 TFRECORD_FRAMING = 16  # a record's length (8 bytes) and its CRC (4) before the data, the data's CRC (4) after
@@ -238,7 +261,9 @@ def _scalar(tensor: Any, rel: str) -> float:
     return float(tensor_util.make_ndarray(tensor).item())
 
 
-def _tensorboard_events(path: Path, rel: str, size: int, budget: ReadBudget) -> Iterator[Any]:
+def _tensorboard_events(
+    path: Path, rel: str, size: int, budget: ReadBudget, initial: dict[str, Any]
+) -> Iterator[Any]:
     """The events of one event file, through tensorboard's record reader and the compat layers its
     ``EventFileLoader`` applies. That reader ends quietly at a damaged or truncated record (it swallows
     DataLossError, waiting for a writer to complete it), so a sound prefix followed by records of another
@@ -250,7 +275,6 @@ def _tensorboard_events(path: Path, rel: str, size: int, budget: ReadBudget) -> 
     from tensorboard.compat.proto import event_pb2
 
     read = 0
-    initial: dict[str, Any] = {}  # tag -> its first SummaryMetadata, as EventFileLoader keeps per file
     for count, record in enumerate(RawEventFileLoader(str(path)).Load(), 1):
         if count > TENSORBOARD_EVENTS_CAP:
             raise TrackerUnreadable(f"{rel} holds more than {TENSORBOARD_EVENTS_CAP} events, past the cap")
@@ -261,7 +285,7 @@ def _tensorboard_events(path: Path, rel: str, size: int, budget: ReadBudget) -> 
             raise TrackerUnreadable(
                 f"{rel}: an event at step {event.step} logs {values} values, past the cap"
             )
-        budget.spend(rel, 1 + values)
+        budget.spend(rel, 1 + values, TENSORBOARD)
         yield from dataclass_compat.migrate_event(data_compat.migrate_event(event), initial)
     if read != size:
         raise TrackerUnreadable(
@@ -274,6 +298,10 @@ def _read_tensorboard(capsule: Path, name: str, files: Iterable[str], budget: Re
     from tensorboard.plugins.hparams import plugin_data_pb2
 
     run = TrackerRun(name, tuple(files))
+    # A tag's kind is its first value's plugin, for the whole run: TensorBoard charts a later value of a
+    # scalar tag that carries no metadata of its own (a log written the way TF1 writes one, or a hostile one).
+    initial: dict[str, Any] = {}  # tag -> its first SummaryMetadata (the compat layers' migration state)
+    plugins: dict[str, str] = {}
     for rel in run.files:
         path = capsule / rel
         try:
@@ -285,11 +313,16 @@ def _read_tensorboard(capsule: Path, name: str, files: Iterable[str], budget: Re
                     f"{rel} holds {info.st_size} bytes, past the {TENSORBOARD_CAP}-byte cap of an event file"
                 )
             budget.spend_bytes(rel, info.st_size, TENSORBOARD)
-            for event in _tensorboard_events(path, rel, info.st_size, budget):
+            for event in _tensorboard_events(path, rel, info.st_size, budget, initial):
                 for value in event.summary.value:
-                    plugin = value.metadata.plugin_data.plugin_name
+                    plugin = plugins.setdefault(value.tag, value.metadata.plugin_data.plugin_name)
                     if plugin == "scalars":
-                        run.log(value.tag, int(event.step), _scalar(value.tensor, rel), rel)
+                        if value.WhichOneof("value") != "tensor":
+                            raise TrackerUnreadable(
+                                f"{rel}: a point of the scalar tag {value.tag[:80]!r} at step {event.step} is "
+                                f"a {value.WhichOneof('value')}, not a scalar tensor"
+                            )
+                        run.log(value.tag, int(event.step), _scalar(value.tensor, rel), rel, preempt=True)
                     elif plugin == "hparams" and value.tag == "_hparams_/session_start_info":
                         data = plugin_data_pb2.HParamsPluginData.FromString(
                             value.metadata.plugin_data.content
@@ -319,8 +352,9 @@ WANDB_HEADER = b":W&B\xe1\xbe\x00"
 WANDB_BLOCK = 32768
 FULL, FIRST, MIDDLE, LAST = 1, 2, 3, 4
 WANDB_KEPT = frozenset({"_step", "_runtime", "_timestamp"})  # W&B's own bookkeeping, not logged values
-# A record is a history row, a config update or a summary: kilobytes. A value (a number, a histogram's bins,
-# a config section) is JSON text of at most hundreds of KB; past these, refused before it is parsed.
+# A record is a history row, a config update or a summary: kilobytes; past its cap it is refused unjoined. A
+# value (a number, a histogram's bins, a config section) is JSON text of kilobytes, a label map of 20,000
+# classes about a MB; past its cap it is not parsed: no number is that long, and such a section is not compared.
 WANDB_RECORD_CAP = 16 << 20
 WANDB_VALUE_CAP = 1 << 20
 
@@ -367,6 +401,10 @@ def wandb_records(data: bytes, rel: str) -> Iterable[bytes]:
             raise TrackerUnreadable(
                 f"{rel}: a torn record: a continuation piece at byte {position} begins none"
             )
+        if kind in (FIRST, MIDDLE) and length != left - 7:  # the writer splits a record at block ends only
+            raise TrackerUnreadable(
+                f"{rel}: a record's piece at byte {position} ends before its block does, as no writer splits one"
+            )
         if kind in (FULL, FIRST):
             opened, size = position, 0
         size += length
@@ -392,7 +430,11 @@ def _padding(skipped: bytes, position: int, rel: str) -> None:
 
 
 def _read_wandb(capsule: Path, name: str, files: Iterable[str], budget: ReadBudget) -> TrackerRun:
-    """Through W&B's own record protobuf (``wandb.proto.wandb_internal_pb2``); no network, no service."""
+    """Through W&B's own record protobuf (``wandb.proto.wandb_internal_pb2``); no network, no service. A
+    value past :data:`WANDB_VALUE_CAP` is not parsed (a 214 MB config value of 15M keys took 44 s and 4.7 GB):
+    in a history row it is no number, in the config it is not compared (:attr:`TrackerRun.uncompared`)."""
+    import json
+
     from wandb.proto import wandb_internal_pb2
 
     from runaudit.safeio import UnsafeFile, read_regular
@@ -410,28 +452,39 @@ def _read_wandb(capsule: Path, name: str, files: Iterable[str], budget: ReadBudg
                 record.ParseFromString(body)
                 kind = record.WhichOneof("record_type")
                 if kind == "history":
-                    budget.spend(rel, 1 + len(record.history.item))
+                    budget.spend(rel, 1 + len(record.history.item), WANDB)
                     step = record.history.step.num
                     for item in record.history.item:
-                        key = item.key or "/".join(item.nested_key)
-                        value = _json_value(item.value_json, index, rel)
-                        if (
-                            key not in WANDB_KEPT
-                            and isinstance(value, (int, float))
-                            and not isinstance(value, bool)
-                        ):
-                            run.log(key, int(step), float(value), rel)
+                        key = _wandb_key(item, rel)
+                        if len(item.value_json) > WANDB_VALUE_CAP:  # no number is that long: not charted
+                            continue
+                        value = json.loads(item.value_json)
+                        if key == "_step" and value != step:
+                            raise TrackerUnreadable(
+                                f"{rel}: record {index} charts its values at _step {str(value)[:40]}, but is "
+                                f"the history row of step {step}"
+                            )
+                        for name, number in dotted({key: value}).items():  # W&B charts "a.b" of {"a": {"b"}}
+                            if (
+                                name not in WANDB_KEPT
+                                and isinstance(number, (int, float))
+                                and not isinstance(number, bool)
+                            ):
+                                run.log(name, int(step), float(number), rel)
                 elif kind in ("config", "run"):
                     updates = record.config.update if kind == "config" else record.run.config.update
-                    budget.spend(rel, 1 + len(updates))
+                    budget.spend(rel, 1 + len(updates), WANDB)
                     for item in updates:
-                        key = item.key or ".".join(item.nested_key)
-                        if not key.startswith("_"):
-                            value = _json_value(item.value_json, index, rel)
-                            for dotted_key, flat in dotted({key: value}).items():
-                                _hparam(run, dotted_key, flat, rel)
+                        key = _wandb_key(item, rel)
+                        if key.startswith("_"):
+                            continue
+                        if len(item.value_json) > WANDB_VALUE_CAP:
+                            run.uncompared.append(key)
+                            continue
+                        for dotted_key, flat in dotted({key: json.loads(item.value_json)}).items():
+                            _hparam(run, dotted_key, flat, rel)
                 else:
-                    budget.spend(rel, 1)
+                    budget.spend(rel, 1, WANDB)
                     if kind == "metric" and record.metric.name:
                         summary = record.metric.summary
                         run.goals[record.metric.name] = "max" if summary.max else "min" if summary.min else ""
@@ -449,16 +502,13 @@ def _read_wandb(capsule: Path, name: str, files: Iterable[str], budget: ReadBudg
     return run
 
 
-def _json_value(text: str, index: int, rel: str) -> Any:
-    """One W&B value, refused unparsed past :data:`WANDB_VALUE_CAP` characters: a 214 MB config value of
-    15M keys took 44 s and 4.7 GB to parse before the hyperparameter cap could count them."""
-    import json
-
-    if len(text) > WANDB_VALUE_CAP:
-        raise TrackerUnreadable(
-            f"{rel}: record {index} holds a value of {len(text)} characters, past the {WANDB_VALUE_CAP} cap"
-        )
-    return json.loads(text)
+def _wandb_key(item: Any, rel: str) -> str:
+    """An item's name as W&B's own core names it: its ``nested_key`` joined by dots, else its ``key`` (a
+    name read otherwise let ``{key: "_runtime", nested_key: ["train_loss"]}`` chart a train_loss unread)."""
+    key = ".".join(item.nested_key) if item.nested_key else item.key
+    if len(key) > TAG_NAME_CAP:
+        raise TrackerUnreadable(f"{rel} names a value of {len(key)} characters, past the {TAG_NAME_CAP} cap")
+    return str(key)
 
 
 def _proto_value(value: Any) -> Any:
@@ -467,7 +517,7 @@ def _proto_value(value: Any) -> Any:
 
 
 def _key(name: str) -> str:
-    return name.lower().replace("/", "_").replace("-", "_").replace(" ", "_")
+    return name.lower().replace("/", "_").replace(".", "_").replace("-", "_").replace(" ", "_")
 
 
 def column_keys(columns: Iterable[str]) -> dict[str, str]:
