@@ -5,6 +5,7 @@ Each defect is reported by one audit: the file's owner fails, every audit that n
 
 from __future__ import annotations
 
+import math
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -13,7 +14,7 @@ import pytest
 
 from runaudit.capsule import CHECKPOINT_FILES, checkpoint_file
 from runaudit.fixtures.verdicts import AuditRecorder
-from runaudit.history import train_csv_problems
+from runaudit.history import load_history, train_csv_problems
 from runaudit.ids import casefold_collisions, duplicates, is_safe_id
 from runaudit.reader import CapsuleReader, Unavailable
 from runaudit.renders import RenderBudget, RendersPastBudget, check_whole_png, opened_render
@@ -208,7 +209,9 @@ def test_config_hash(run: Run, capsule: CapsuleReader, audit: AuditRecorder) -> 
 def test_train_csv(run: Run, capsule: CapsuleReader, audit: AuditRecorder) -> None:
     """``train.csv`` has the columns ``epoch``, ``step`` and ``train_loss``, no repeated column, at least one
     row, and rows of the header's width with integer ``epoch``/``step`` and numeric values in the columns
-    docs/capsule.md §6 recognises (optional ones may be empty); anything else fails.
+    docs/capsule.md §6 recognises (optional ones may be empty); no row logs an epoch or step past run.json's
+    ``training.epochs_run``/``steps_run`` (a run.json written before training went on: a finished run
+    reopened, trained further and sealed with its first finish); anything else fails.
     """
     if run.kind == "hardware":
         audit.not_applicable("hardware capsules carry no training history")
@@ -216,6 +219,18 @@ def test_train_csv(run: Run, capsule: CapsuleReader, audit: AuditRecorder) -> No
     problems = train_csv_problems(capsule)
     audit.evidence(rows=len(rows), columns=header, problems=problems[:100], problem_count=len(problems))
     audit.require(not problems, f"run {run.run_id}: train.csv {_examples(problems)}")
+    training = run.get("training") if run.declared is not None else None
+    if isinstance(training, Mapping):  # its shape is capsule.run_json_schema's to judge
+        history = load_history(capsule)
+        for column, key in (("epoch", "epochs_run"), ("step", "steps_run")):
+            stated, logged = training.get(key), history.values[column]
+            last = max((int(value) for value in logged if math.isfinite(value)), default=None)
+            if isinstance(stated, int) and not isinstance(stated, bool) and last is not None:
+                audit.require(
+                    last <= stated,
+                    f"run {run.run_id}: train.csv logs {column} {last}, past run.json's training.{key} "
+                    f"{stated}: run.json was written before training went on (docs/capsule.md §6)",
+                )
 
 
 def test_tests_declared(run: Run, capsule: CapsuleReader, audit: AuditRecorder) -> None:

@@ -307,6 +307,16 @@ def train_csv_without_step(capsule: Path, root: Path) -> None:
     path.write_text(buffer.getvalue())
 
 
+def run_json_written_before_training_went_on(capsule: Path, root: Path) -> None:
+    """run.json's steps_run one short of train.csv's last step: a finished run reopened, trained on and
+    sealed with its first finish (the writer withdraws it now; another producer may not)."""
+
+    def earlier(document: dict[str, Any]) -> None:
+        document["training"]["steps_run"] -= 1
+
+    edit_json(capsule / "run.json", earlier)
+
+
 def undeclared_test(capsule: Path, root: Path) -> None:
     shutil.copytree(_demo_test(capsule), capsule / "test" / "heldout")
 
@@ -513,6 +523,11 @@ DEFECTS = (
     Defect("inventory-in-run-json", "capsule.run_json_schema", inventory_in_run_json),
     Defect("edited-config-yaml", "capsule.config_hash", edited_config),
     Defect("train-csv-without-step", "capsule.train_csv", train_csv_without_step),
+    Defect(
+        "run-json-written-before-training-went-on",
+        "capsule.train_csv",
+        run_json_written_before_training_went_on,
+    ),
     Defect("undeclared-test-dir", "capsule.tests_declared", undeclared_test),
     Defect("metrics-protocol-mismatch", "capsule.metrics_schema", metrics_protocol),
     Defect("results-without-forward-finite", "capsule.results_table", results_without_forward_finite),
