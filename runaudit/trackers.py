@@ -147,13 +147,15 @@ def tracker_folders(capsule: Path) -> dict[str, tuple[str, ...]]:
                     pending.append(path)
             elif entry.name.startswith(TENSORBOARD_EVENTS) and entry.is_file(follow_symlinks=False):
                 parts = path.relative_to(base).parts
-                run = base / parts[0] if len(parts) > 1 else base
-                _found(found, run.relative_to(capsule).as_posix(), path.relative_to(capsule).as_posix())
+                run_folder = base / parts[0] if len(parts) > 1 else base
+                _found(
+                    found, run_folder.relative_to(capsule).as_posix(), path.relative_to(capsule).as_posix()
+                )
     base = capsule / TRACKERS / WANDB
-    for folder in _entries(base, capsule) if base.is_dir() and not base.is_symlink() else []:
-        if folder.is_dir(follow_symlinks=False):
-            run = Path(folder.path).relative_to(capsule).as_posix()
-            for entry in _entries(Path(folder.path), capsule):
+    for run_entry in _entries(base, capsule) if base.is_dir() and not base.is_symlink() else []:
+        if run_entry.is_dir(follow_symlinks=False):
+            run = Path(run_entry.path).relative_to(capsule).as_posix()
+            for entry in _entries(Path(run_entry.path), capsule):
                 if is_wandb_log(entry.name) and entry.is_file(follow_symlinks=False):
                     _found(found, run, Path(entry.path).relative_to(capsule).as_posix())
     return {name: tuple(sorted(files)) for name, files in sorted(found.items())}
@@ -242,8 +244,8 @@ TENSORBOARD_EVENTS_CAP = 200_000
 # of 100,000 steps: 900,000 entries). Bytes: TensorBoard's CRC runs in Python (0.2 µs a byte), W&B's in C.
 TENSORBOARD_ENTRIES_CAP = 600_000
 WANDB_ENTRIES_CAP = 2_000_000
-TENSORBOARD_CAPSULE_CAP = 2 * TENSORBOARD_CAP
-WANDB_CAPSULE_CAP = 2 * LOG_CAP
+TENSORBOARD_CAPSULE_CAP: int = 2 * TENSORBOARD_CAP
+WANDB_CAPSULE_CAP: int = 2 * LOG_CAP
 TFRECORD_FRAMING = 16  # a record's length (8 bytes) and its CRC (4) before the data, the data's CRC (4) after
 
 
@@ -611,9 +613,14 @@ def rewrite_findings(run: TrackerRun) -> list[str]:
         shown = "; ".join(
             f"step {at}: {earlier:.6g}, then {later:.6g}" for at, earlier, later in rewrites.first
         )
+        charted = (
+            "TensorBoard charts the later (its --load_fast=false loader both)"
+            if kind_of(run.name) == TENSORBOARD
+            else "W&B's chart holds one of them"
+        )
         findings.append(
             f"{run.name}: {tag} is logged again with another value at {rewrites.count} step"
-            f"{'s' if rewrites.count > 1 else ''} ({shown}): two series in one log"
+            f"{'s' if rewrites.count > 1 else ''} ({shown}): two series in one log; {charted}"
         )
     if len(run.rewritten) > SHOWN:
         findings.append(f"{run.name}: {len(run.rewritten) - SHOWN} more tags are logged twice at one step")

@@ -49,6 +49,7 @@ import hashlib
 import io
 import json
 import math
+import operator
 import os
 import subprocess
 import sys
@@ -60,7 +61,7 @@ from types import TracebackType
 from typing import IO, Any, Literal
 
 from runaudit.atomic import fsync_dir, write_atomic, write_bytes_atomic, write_json_atomic
-from runaudit.ids import is_safe_id, run_id_problem
+from runaudit.ids import duplicates, is_safe_id, run_id_problem
 from runaudit.manifest import load_json
 from runaudit.provenance import determinism, environment, source_identity
 from runaudit.safeio import JSON_CAP, read_regular
@@ -314,8 +315,11 @@ class RunWriter:
         self.metrics = tuple(_metric(item) for item in metrics)
         if not self.metrics:
             raise WriterError(f"run {run_id}: declare at least one protocol metric (metrics=[...])")
+        if repeated := duplicates(spec.name for spec in self.metrics):
+            raise WriterError(f"run {run_id}: metrics named more than once: {', '.join(repeated)}")
         for spec in self.metrics:
             _checked_id("metric", spec.name)
+            _choose(f"metric {spec.name} direction", spec.direction, ("higher", "lower"))
             _choose(f"metric {spec.name} aggregation", spec.aggregation, AGGREGATIONS)
             if not 0 <= spec.precision <= 12:
                 raise WriterError(
@@ -326,7 +330,10 @@ class RunWriter:
         _checked_id("dataset id", data.dataset_id)
         _checked_id("split id", split.split_id)
         self.seeds = [seed] if isinstance(seed, int) else [int(value) for value in seed]
-        self.epochs, self.batch_size = int(epochs), int(batch_size)
+        self.epochs, self.batch_size = (
+            _counter(run_id, "epochs", epochs),
+            _counter(run_id, "batch_size", batch_size),
+        )
         self.selection = selection or _default_selection(self.metrics[0])
         if self.selection.metric not in {spec.name for spec in self.metrics}:
             raise WriterError(
@@ -356,7 +363,10 @@ class RunWriter:
             raise WriterError(
                 f"run {run_id}: {self.root / 'export' / run_id} is already sealed; a re-run mints a new run id"
             )
-        self.folder.mkdir(parents=True, exist_ok=True)
+        try:
+            self.folder.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise WriterError(f"run {run_id}: cannot create {self.folder}: {exc.strerror or exc}") from None
         self._acquire()
         try:
             self._pin_config(config)
@@ -394,7 +404,12 @@ class RunWriter:
         import yaml
 
         if isinstance(config, (str, Path)):
-            wanted = Path(config).read_bytes()
+            try:
+                wanted = Path(config).read_bytes()
+            except OSError as exc:
+                raise WriterError(
+                    f"run {self.run_id}: config {config} cannot be read: {exc.strerror or exc}"
+                ) from None
             if not isinstance(yaml.safe_load(wanted), dict):
                 raise WriterError(
                     f"run {self.run_id}: {config} must hold one YAML mapping (the resolved config)"
@@ -548,6 +563,9 @@ class RunWriter:
         :meth:`resume_state` and :meth:`restore`.
         """
         self._open_for_writing()
+        epoch, step = _counter(self.run_id, "epoch", epoch), _counter(self.run_id, "step", step)
+        if value is not None:
+            value = _number(self.run_id, "checkpoint value", value)
         weights = _state_dict(model)
         extra = {name: _saved_state(value) for name, value in (state or {}).items()}
         clash = sorted(RESERVED_STATE_KEYS & set(extra))
@@ -959,6 +977,29 @@ def _choose(what: str, value: str, allowed: Sequence[str]) -> None:
 def _checked_id(what: str, value: str) -> None:
     if not is_safe_id(value):
         raise WriterError(f"{what} {value!r} is not a safe id (^[A-Za-z0-9][A-Za-z0-9._-]*$)")
+
+
+def _counter(run_id: str, name: str, value: Any) -> int:
+    """An epoch, step or count given to the writer: an integer >= 0 (numpy's and torch's integers too),
+    never a string, a bool or a fraction."""
+    try:
+        number = operator.index(as_numpy(value))
+    except TypeError:
+        number = -1
+    if isinstance(value, bool) or number < 0:
+        raise WriterError(f"run {run_id}: {name} must be an integer >= 0, found {value!r}")
+    return number
+
+
+def _number(run_id: str, name: str, value: Any) -> float:
+    """One real number (a tensor or numpy scalar of one element too), never a string or a bool."""
+    try:
+        number = float(as_numpy(value))
+    except (TypeError, ValueError):
+        number = None
+    if isinstance(value, bool) or number is None:
+        raise WriterError(f"run {run_id}: {name} must be a number, found {str(value)[:80]!r}")
+    return number
 
 
 def _int_cell(text: str | None) -> int:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -483,3 +484,45 @@ def test_checkpoint_state_a_resume_cannot_load_is_refused_at_the_first_checkpoin
     assert not (writer.folder / "latest.pth").exists()
     plain = {"rng": torch.get_rng_state(), "sizes": torch.Size([2, 3]), "order": [(1, "a")]}
     writer.checkpoint(_model(), epoch=1, step=3, value=0.5, state={"extra": plain})
+
+
+@pytest.mark.parametrize(
+    ("changes", "said"),
+    [
+        ({"metrics": [Metric("accuracy", "max")]}, "metric accuracy direction must be one of higher, lower"),  # type: ignore[arg-type]
+        ({"metrics": ["accuracy", "accuracy"]}, "metrics named more than once: accuracy"),
+        ({"config": Path("no-such-config.yaml")}, "config no-such-config.yaml cannot be read"),
+        ({"epochs": "ten"}, "epochs must be an integer >= 0, found 'ten'"),
+        ({"batch_size": 2.5}, "batch_size must be an integer >= 0, found 2.5"),
+    ],
+)
+def test_careless_arguments_are_one_writer_error_line(
+    tmp_path: Path, changes: dict[str, Any], said: str
+) -> None:
+    """Each of these passed the writer (a selection kept in the wrong direction, a capsule that fails its
+    metrics schema forever) or ended in a traceback naming no run."""
+    with pytest.raises(WriterError, match=re.escape(said)) as refused:
+        _open(tmp_path / "project", **changes)
+    assert "\n" not in str(refused.value)
+
+
+@pytest.mark.parametrize(
+    ("arguments", "said"),
+    [
+        ({"epoch": "3", "step": 3, "value": 0.5}, "epoch must be an integer >= 0, found '3'"),
+        ({"epoch": 1, "step": -1, "value": 0.5}, "step must be an integer >= 0, found -1"),
+        ({"epoch": 1, "step": 3, "value": "n/a"}, "checkpoint value must be a number, found 'n/a'"),
+    ],
+)
+def test_careless_checkpoint_arguments_are_one_writer_error_line(
+    writer: RunWriter, arguments: dict[str, Any], said: str
+) -> None:
+    writer.log(epoch=1, step=3, train_loss=0.9, val_accuracy=0.5, val_loss=1.0)
+    with pytest.raises(WriterError, match=re.escape(said)):
+        writer.checkpoint(_model(), **arguments)
+    writer.checkpoint(_model(), epoch=np.int64(1), step=torch.tensor(3), value=torch.tensor(0.5))
+
+
+def test_a_run_id_past_the_file_name_limit_is_one_line(tmp_path: Path) -> None:
+    with pytest.raises(WriterError, match=r"run a{300}: cannot create .*: File name too long"):
+        _open(tmp_path / "project", "a" * 300)
