@@ -323,7 +323,13 @@ def _prove_custody(root: Path, run_id: str, tmp_path: Path, adapter: str) -> Non
 
 
 def _lightning_fit(
-    tmp_path: Path, root: Path, *, epochs: int, seal: bool = True, **module_options: Any
+    tmp_path: Path,
+    root: Path,
+    *,
+    epochs: int,
+    seal: bool = True,
+    trainer_options: dict[str, Any] | None = None,
+    **module_options: Any,
 ) -> tuple[Any, Any, Any, Any]:
     import lightning.pytorch as pl
     import torch
@@ -356,6 +362,7 @@ def _lightning_fit(
         enable_model_summary=False,
         default_root_dir=tmp_path,
         accelerator="cpu",
+        **(trainer_options or {}),
     )
     trainer.fit(module, project.loader(rows["train"], True), project.loader(rows["val"]))
     return trainer, module, capsule, project.loader(rows["test"])
@@ -448,6 +455,12 @@ def test_lightning_callback_refuses_bad_use_in_one_line(tmp_path: Path) -> None:
         trainer.test(module, test_loader)
     assert "test_step must return a dict with sample_id" in _one_line(caught.value)
     assert not (tmp_path / "project" / "active" / LIGHTNING_RUN / "test").exists()
+
+    # A debugging run would have sealed one step under the real run id, and passed.
+    with pytest.raises(WriterError) as caught:
+        _lightning_fit(tmp_path, tmp_path / "debug", epochs=1, trainer_options={"fast_dev_run": True})
+    assert "fast_dev_run" in _one_line(caught.value)
+    assert not (tmp_path / "debug" / "active" / LIGHTNING_RUN).exists()
 
 
 # -- Hugging Face Trainer -----------------------------------------------------------------------------------

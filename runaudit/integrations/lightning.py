@@ -129,6 +129,11 @@ class CapsuleCallback(pl.Callback):
     def _open(self, trainer: pl.Trainer) -> RunWriter:
         if self._run is not None:
             return self._run
+        if trainer.fast_dev_run:
+            raise WriterError(
+                f"run {self.run_id}: Trainer(fast_dev_run=...) runs a few batches to debug, not a run to write "
+                "and seal under its run id: leave the callback out of such a trainer"
+            )
         if trainer.world_size > 1:
             raise WriterError(
                 f"run {self.run_id}: runaudit's Lightning callback writes from one process; this trainer has "
