@@ -174,10 +174,13 @@ class _History:
     rows: list[dict[str, str]] = field(default_factory=list)
     resumed: bool = False
     torn: bool = False  # a failed row could not be cut off: only a reopen (which drops it) goes on
+    unsettled: bool = False  # the file holds rows (or a torn end) that the rows kept at open do not
 
     def load(self, upto_step: int | None) -> None:
         """The rows already written, keeping those up to ``upto_step`` (the last checkpoint's; None before
-        the first checkpoint keeps none: the resumed loop starts over and logs them again)."""
+        the first checkpoint keeps none: the resumed loop starts over and logs them again). The file itself
+        is cut to them at the run's first change (:meth:`settle`): a finished run reopened and let go keeps
+        every row its run.json counts."""
         if not self.path.is_file():
             return
         try:
@@ -187,13 +190,19 @@ class _History:
         complete = text if text.endswith("\n") else text[: text.rfind("\n") + 1]  # a torn last row
         reader = csv.DictReader(io.StringIO(complete))
         self.columns = list(reader.fieldnames or [])
-        self.rows = [dict(row) for row in reader]
+        every = [dict(row) for row in reader]
         # rows after the last checkpoint are logged again by the resumed loop
         self.rows = [
-            row for row in self.rows if upto_step is not None and _int_cell(row.get("step")) <= upto_step
+            row for row in every if upto_step is not None and _int_cell(row.get("step")) <= upto_step
         ]
         self.resumed = bool(self.rows)
-        write_bytes_atomic(self.path, self._render(self.rows, header=True))
+        self.unsettled = len(self.rows) != len(every) or complete != text
+
+    def settle(self) -> None:
+        """Cut the file to the rows kept at open (a torn last row, rows past the last checkpoint)."""
+        if self.unsettled:
+            write_bytes_atomic(self.path, self._render(self.rows, header=True))
+            self.unsettled = False
 
     def append(self, values: Mapping[str, Any]) -> None:
         if not self.columns:
@@ -357,7 +366,7 @@ class RunWriter:
         self.best_written_without_metric = False
         self._lock: IO[bytes] | None = None
         self._finished = False
-        self._finish_withdrawn = True
+        self._changed = False
 
         if (self.root / "export" / run_id).exists():
             raise WriterError(
@@ -449,8 +458,7 @@ class RunWriter:
         self._settle_staged(saved.get("staged", []), state_path)
         self.history = _History(self.folder / "train.csv")
         self.history.load(self.latest.step if self.latest is not None else None)
-        # a finished run reopened: its run.json and last go at the first change (see _open_for_writing)
-        self._finish_withdrawn = not os.path.lexists(self.folder / "run.json")
+        self._changed = False  # see _open_for_writing
 
     def _settle_staged(self, committed: Any, state_path: Path) -> None:
         """Finish the checkpoint whose state was written but whose files were not all renamed into place;
@@ -875,16 +883,19 @@ class RunWriter:
         self.release()  # after a failure the folder stays as it is: reopening resumes it
 
     def _open_for_writing(self) -> None:
-        """Refuse a finished writer; withdraw a reopened finished run's ``run.json`` and ``last`` before
-        its first change, so that until :meth:`finish` writes them anew the run is unfinished, never sealed
-        as its earlier finish."""
+        """Refuse a finished writer. Before a reopened run's first change: withdraw a finished run's
+        ``run.json`` and ``last`` (until :meth:`finish` writes them anew the run is unfinished, never sealed
+        as its earlier finish), then cut ``train.csv`` to the rows kept at open. Opening alone changes
+        nothing: a finished run reopened and let go is sealed as it was."""
         if self._finished or self._lock is None:
             raise WriterError(f"run {self.run_id}: the writer was finished; reopen the run to continue it")
-        if not self._finish_withdrawn:
-            for name in ("run.json", *(f"last{suffix}" for suffix in CHECKPOINT_FORMATS.values())):
-                (self.folder / name).unlink(missing_ok=True)
-            fsync_dir(self.folder)
-            self._finish_withdrawn = True
+        if not self._changed:
+            if os.path.lexists(self.folder / "run.json"):
+                for name in ("run.json", *(f"last{suffix}" for suffix in CHECKPOINT_FORMATS.values())):
+                    (self.folder / name).unlink(missing_ok=True)
+                fsync_dir(self.folder)
+            self.history.settle()
+            self._changed = True
 
     def _declaration(self) -> dict[str, Any]:
         assert self.best is not None and self.latest is not None

@@ -389,7 +389,7 @@ def test_a_run_killed_inside_a_checkpoint_resumes_from_one_whole_checkpoint(
     saved = run.resume_state()
     assert saved is not None and run.epoch == saved["epoch"] == saved["epoch_seen"] == epoch
     assert float(saved["model"]["weight"][0, 0]) == epoch
-    assert [int(row["epoch"]) for row in _rows(run.folder / "train.csv")] == list(range(1, epoch + 1))
+    assert [int(row["epoch"]) for row in run.history.rows] == list(range(1, epoch + 1))
     assert run.best is not None and run.best.epoch == epoch
     assert float(run.best_weights()["weight"][0, 0]) == epoch
     assert not list(run.folder.glob(".*.staged"))
@@ -403,10 +403,29 @@ def test_rows_logged_before_the_first_checkpoint_are_not_kept(writer: RunWriter)
     writer.log(epoch=1, step=3, train_loss=0.9, val_accuracy=0.5, val_loss=1.0)
     writer.release()
     run = _open(writer.root)
-    assert run.epoch == 0 and run.history.rows == [] and _rows(run.folder / "train.csv") == []
+    assert run.epoch == 0 and run.history.rows == []
     run.log(epoch=1, step=3, train_loss=0.8, val_accuracy=0.5, val_loss=1.0)
     assert [row["train_loss"] for row in _rows(run.folder / "train.csv")] == ["0.8"]
     run.release()
+
+
+def test_a_finished_run_reopened_without_a_change_is_sealed_as_it_was(writer: RunWriter) -> None:
+    """Opening cut train.csv to the last checkpoint's rows at once: a finished run whose last epoch had no
+    checkpoint, reopened by a status script or a re-queued job, lost that row under a run.json counting it."""
+    writer.log(epoch=1, step=3, train_loss=0.9, val_accuracy=0.5, val_loss=1.0)
+    writer.checkpoint(_model(), epoch=1, step=3, value=0.5)
+    writer.log(epoch=2, step=6, train_loss=0.8, val_accuracy=0.4, val_loss=0.9)
+    ids = [f"s{index}" for index in range(4)]
+    with writer.test(sample_ids=ids) as test:
+        test.score("clean", ids, accuracy=[1, 0, 1, 1], loss=[0.1, 0.2, 0.3, 0.4])
+        for sample_id in test.selected:
+            test.render("clean", sample_id, input=np.zeros((2, 2)), prediction=np.ones((2, 2, 3)))
+    writer.finish()
+    before = (writer.folder / "train.csv").read_bytes()
+    _open(writer.root).release()
+    assert (writer.folder / "train.csv").read_bytes() == before and (writer.folder / "run.json").is_file()
+    closed = _cli("close", "tiny", "--root", str(writer.root))
+    assert closed.returncode == 0, closed.stdout + closed.stderr
 
 
 def test_train_csv_counters_never_go_back(writer: RunWriter) -> None:
