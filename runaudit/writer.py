@@ -51,6 +51,7 @@ import json
 import math
 import operator
 import os
+import stat
 import subprocess
 import sys
 import time
@@ -174,13 +175,14 @@ class _History:
     rows: list[dict[str, str]] = field(default_factory=list)
     resumed: bool = False
     torn: bool = False  # a failed row could not be cut off: only a reopen (which drops it) goes on
-    unsettled: bool = False  # the file holds rows (or a torn end) that the rows kept at open do not
+    kept: list[dict[str, str]] = field(default_factory=list)  # the rows up to the last checkpoint
+    torn_end: bool = False  # the file ends in a row a crash tore
 
     def load(self, upto_step: int | None) -> None:
-        """The rows already written, keeping those up to ``upto_step`` (the last checkpoint's; None before
-        the first checkpoint keeps none: the resumed loop starts over and logs them again). The file itself
-        is cut to them at the run's first change (:meth:`settle`): a finished run reopened and let go keeps
-        every row its run.json counts."""
+        """The rows already written; those past ``upto_step`` (the last checkpoint's; before the first
+        checkpoint, all) are logged again by the resumed loop, so they go once training goes on
+        (:meth:`settle`). Until then they stay: a finished run reopened and let go, finished again or scored
+        keeps every row its run.json counts, and the row that shows its best was chosen wrongly."""
         if not self.path.is_file():
             return
         try:
@@ -190,19 +192,24 @@ class _History:
         complete = text if text.endswith("\n") else text[: text.rfind("\n") + 1]  # a torn last row
         reader = csv.DictReader(io.StringIO(complete))
         self.columns = list(reader.fieldnames or [])
-        every = [dict(row) for row in reader]
-        # rows after the last checkpoint are logged again by the resumed loop
-        self.rows = [
-            row for row in every if upto_step is not None and _int_cell(row.get("step")) <= upto_step
+        self.rows = [dict(row) for row in reader]
+        self.kept = [
+            row for row in self.rows if upto_step is not None and _int_cell(row.get("step")) <= upto_step
         ]
-        self.resumed = bool(self.rows)
-        self.unsettled = len(self.rows) != len(every) or complete != text
+        self.resumed = bool(self.kept)
+        self.torn_end = complete != text
 
-    def settle(self) -> None:
-        """Cut the file to the rows kept at open (a torn last row, rows past the last checkpoint)."""
-        if self.unsettled:
+    def settle(self, *, training: bool) -> None:
+        """Cut a torn last row off the file and, when ``training`` goes on, the rows past the last
+        checkpoint: the resumed loop logs them again."""
+        cut = training and len(self.kept) < len(self.rows)
+        if cut:
+            self.rows = list(self.kept)
+        if cut or self.torn_end:
             write_bytes_atomic(self.path, self._render(self.rows, header=True))
-            self.unsettled = False
+            self.torn_end = False
+        if training:
+            self.kept = self.rows
 
     def append(self, values: Mapping[str, Any]) -> None:
         if not self.columns:
@@ -469,6 +476,8 @@ class RunWriter:
         for name in sorted(names):
             staged = self.folder / f".{name}{STAGED}"
             if name in committed and os.path.lexists(staged):
+                if not stat.S_ISREG(_lstat_mode(staged)):
+                    raise WriterError(f"{staged}: not the regular file the writer staged; {STATE_HINT}")
                 os.replace(staged, self.folder / name)
             elif name not in committed:
                 staged.unlink(missing_ok=True)
@@ -543,6 +552,7 @@ class RunWriter:
                 )
         if "resume" in values:
             raise WriterError(f"run {self.run_id}: train.csv's resume column is the writer's to set")
+        self.history.settle(training=True)
         self.history.append({"epoch": epoch, "step": step, "train_loss": train_loss, **values})
         touch_heartbeat(self.folder)
 
@@ -571,6 +581,7 @@ class RunWriter:
         :meth:`resume_state` and :meth:`restore`.
         """
         self._open_for_writing()
+        self.history.settle(training=True)
         epoch, step = _counter(self.run_id, "epoch", epoch), _counter(self.run_id, "step", step)
         if value is not None:
             value = _number(self.run_id, "checkpoint value", value)
@@ -608,41 +619,51 @@ class RunWriter:
         began = time.monotonic()
         staged: list[str] = []
         chosen = self.best
-        if improves:
-            logged = self.history.value_at(f"val_{self.selection.metric}", epoch, step)
-            if (
-                value is not None
-                and logged is not None
-                and not math.isclose(logged, float(value), rel_tol=1e-9)
-            ):
-                raise WriterError(
-                    f"run {self.run_id}: best value {value} at epoch {epoch} differs from train.csv's "
-                    f"val_{self.selection.metric} {logged}; log and select the same number"
-                )
-            lineage = _Lineage(epoch, step, None if value is None else float(value))
-            selection = {
-                "metric": self.selection.metric,
-                "split": self.selection.split,
-                "mode": self.selection.mode,
-                "value": lineage.value,
+        earlier = (self.best, self.latest, self.saves)
+        try:
+            if improves:
+                logged = self.history.value_at(f"val_{self.selection.metric}", epoch, step)
+                if (
+                    value is not None
+                    and logged is not None
+                    and not math.isclose(logged, float(value), rel_tol=1e-9)
+                ):
+                    raise WriterError(
+                        f"run {self.run_id}: best value {value} at epoch {epoch} differs from train.csv's "
+                        f"val_{self.selection.metric} {logged}; log and select the same number"
+                    )
+                lineage = _Lineage(epoch, step, None if value is None else float(value))
+                selection = {
+                    "metric": self.selection.metric,
+                    "split": self.selection.split,
+                    "mode": self.selection.mode,
+                    "value": lineage.value,
+                }
+                staged.append(f"best{self.suffix}")
+                self._save_weights(self._staged(staged[-1]), weights, epoch, step, selection)
+                chosen = lineage
+            anchor = {"model": weights, "epoch": epoch, "step": step, **extra}
+            staged.append(LATEST)
+            _torch_save(self._staged(LATEST), anchor)
+            # When and how long each save took: preflight.checkpoint_cadence weighs them against the
+            # interruption rate (Young/Daly), while the run trains.
+            saved = {
+                "at": round(time.time(), 3),
+                "seconds": round(time.monotonic() - began, 4),
+                "epoch": epoch,
+                "step": step,
             }
-            staged.append(f"best{self.suffix}")
-            self._save_weights(self._staged(staged[-1]), weights, epoch, step, selection)
-            chosen = lineage
-        anchor = {"model": weights, "epoch": epoch, "step": step, **extra}
-        staged.append(LATEST)
-        _torch_save(self._staged(LATEST), anchor)
-        # When and how long each save took: preflight.checkpoint_cadence weighs them against the
-        # interruption rate (Young/Daly), while the run trains.
-        saved = {
-            "at": round(time.time(), 3),
-            "seconds": round(time.monotonic() - began, 4),
-            "epoch": epoch,
-            "step": step,
-        }
-        self.best, self.latest = chosen, _Lineage(epoch, step)
-        self.saves = [*self.saves, saved][-SAVES_KEPT:]
-        self._save_state(staged)  # the commit: from here a reopen finishes what follows
+            self.best, self.latest = chosen, _Lineage(epoch, step)
+            self.saves = [*self.saves, saved][-SAVES_KEPT:]
+            self._save_state(staged)  # the commit: from here a reopen finishes what follows
+        except OSError as exc:
+            # The state is the commit: where it was not written the disk is at the last checkpoint, and so
+            # is the writer now; staged files stay for the next open (or checkpoint) to settle by the state.
+            self.best, self.latest, self.saves = earlier
+            raise WriterError(
+                f"run {self.run_id}: the checkpoint of epoch {epoch}, step {step} was not written "
+                f"({exc.strerror or exc}); the run is at its last checkpoint, epoch {self.epoch}"
+            ) from None
         for name in staged:
             os.replace(self._staged(name), self.folder / name)
         fsync_dir(self.folder)
@@ -656,8 +677,13 @@ class RunWriter:
         """What the last :meth:`checkpoint` saved (``model`` weights, ``epoch``, ``step`` and the ``state``
         keys), loaded with ``weights_only=True``; None for a fresh run."""
         latest = self.folder / LATEST
-        if self.latest is None or not latest.is_file():
+        if self.latest is None:
             return None
+        if not stat.S_ISREG(_lstat_mode(latest)):
+            raise WriterError(
+                f"run {self.run_id}: its state names a checkpoint at epoch {self.latest.epoch}, but {latest} is "
+                "not a regular file; restore it, or start a new run id"
+            )
         import torch
 
         loaded: dict[str, Any] = torch.load(latest, weights_only=True, map_location="cpu")
@@ -894,7 +920,7 @@ class RunWriter:
                 for name in ("run.json", *(f"last{suffix}" for suffix in CHECKPOINT_FORMATS.values())):
                     (self.folder / name).unlink(missing_ok=True)
                 fsync_dir(self.folder)
-            self.history.settle()
+            self.history.settle(training=False)
             self._changed = True
 
     def _declaration(self) -> dict[str, Any]:
@@ -988,6 +1014,14 @@ def _choose(what: str, value: str, allowed: Sequence[str]) -> None:
 def _checked_id(what: str, value: str) -> None:
     if not is_safe_id(value):
         raise WriterError(f"{what} {value!r} is not a safe id (^[A-Za-z0-9][A-Za-z0-9._-]*$)")
+
+
+def _lstat_mode(path: Path) -> int:
+    """The file type and mode of ``path`` itself (0 where nothing is)."""
+    try:
+        return os.lstat(path).st_mode
+    except FileNotFoundError:
+        return 0
 
 
 def _counter(run_id: str, name: str, value: Any) -> int:

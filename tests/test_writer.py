@@ -389,7 +389,7 @@ def test_a_run_killed_inside_a_checkpoint_resumes_from_one_whole_checkpoint(
     saved = run.resume_state()
     assert saved is not None and run.epoch == saved["epoch"] == saved["epoch_seen"] == epoch
     assert float(saved["model"]["weight"][0, 0]) == epoch
-    assert [int(row["epoch"]) for row in run.history.rows] == list(range(1, epoch + 1))
+    assert [int(row["epoch"]) for row in run.history.kept] == list(range(1, epoch + 1))
     assert run.best is not None and run.best.epoch == epoch
     assert float(run.best_weights()["weight"][0, 0]) == epoch
     assert not list(run.folder.glob(".*.staged"))
@@ -403,7 +403,7 @@ def test_rows_logged_before_the_first_checkpoint_are_not_kept(writer: RunWriter)
     writer.log(epoch=1, step=3, train_loss=0.9, val_accuracy=0.5, val_loss=1.0)
     writer.release()
     run = _open(writer.root)
-    assert run.epoch == 0 and run.history.rows == []
+    assert run.epoch == 0 and run.history.kept == []
     run.log(epoch=1, step=3, train_loss=0.8, val_accuracy=0.5, val_loss=1.0)
     assert [row["train_loss"] for row in _rows(run.folder / "train.csv")] == ["0.8"]
     run.release()
@@ -545,3 +545,69 @@ def test_careless_checkpoint_arguments_are_one_writer_error_line(
 def test_a_run_id_past_the_file_name_limit_is_one_line(tmp_path: Path) -> None:
     with pytest.raises(WriterError, match=r"run a{300}: cannot create .*: File name too long"):
         _open(tmp_path / "project", "a" * 300)
+
+
+def test_a_reopened_run_that_only_finishes_keeps_its_rows_past_the_last_checkpoint(writer: RunWriter) -> None:
+    """The first change cut train.csv to the last checkpoint's rows even when it was finish() or a test: a
+    run whose last, uncheckpointed epoch beat its best (close refused it) was re-finished without that row,
+    sealed, and passed."""
+    writer.log(epoch=1, step=3, train_loss=0.9, val_accuracy=0.5, val_loss=1.0)
+    writer.checkpoint(_model(), epoch=1, step=3, value=0.5)
+    writer.log(epoch=2, step=6, train_loss=0.8, val_accuracy=0.9, val_loss=0.9)
+    ids = [f"s{index}" for index in range(4)]
+    with writer.test(sample_ids=ids) as test:
+        test.score("clean", ids, accuracy=[1, 0, 1, 1], loss=[0.1, 0.2, 0.3, 0.4])
+        for sample_id in test.selected:
+            test.render("clean", sample_id, input=np.zeros((2, 2)), prediction=np.ones((2, 2, 3)))
+    writer.finish()
+    _open(writer.root).finish()
+    assert [row["epoch"] for row in _rows(writer.folder / "train.csv")] == ["1", "2"]
+    training = json.loads((writer.folder / "run.json").read_text())["training"]
+    assert training["epochs_run"] == 2 and training["steps_run"] == 6
+
+
+def test_a_resume_point_that_is_gone_is_one_line_not_a_fresh_start(writer: RunWriter) -> None:
+    """With latest.pth deleted (or a folder or FIFO in its place) restore() said "fresh run": the loop trained
+    the remaining epochs on new weights and sealed a last.pth that lied, and the audits passed."""
+    writer.log(epoch=1, step=3, train_loss=0.9, val_accuracy=0.5, val_loss=1.0)
+    writer.checkpoint(_model(), epoch=1, step=3, value=0.5)
+    writer.release()
+    (writer.folder / "latest.pth").unlink()
+    run = _open(writer.root)
+    with pytest.raises(
+        WriterError, match=r"names a checkpoint at epoch 1, but .*latest.pth is not a regular file"
+    ):
+        run.restore(_model())
+    run.release()
+
+
+def test_a_checkpoint_whose_commit_fails_leaves_the_writer_at_the_last_one(
+    writer: RunWriter, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A full disk at the commit raised a bare OSError with the writer's memory already at the new best: the
+    next checkpoint committed that best over the older best file, and the run could never be sealed."""
+    import errno
+
+    import runaudit.writer
+
+    writer.log(epoch=1, step=3, train_loss=0.9, val_accuracy=0.5, val_loss=1.0)
+    writer.checkpoint(_model(), epoch=1, step=3, value=0.5)
+    writer.log(epoch=2, step=6, train_loss=0.8, val_accuracy=0.9, val_loss=0.9)
+    write_json = runaudit.writer.write_json_atomic
+
+    def full(path: Path, document: Any, **options: Any) -> Path:
+        if document.get("staged"):
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return write_json(path, document, **options)
+
+    monkeypatch.setattr(runaudit.writer, "write_json_atomic", full)
+    with pytest.raises(
+        WriterError, match=r"epoch 2, step 6 was not written \(No space left on device\); .* epoch 1"
+    ):
+        writer.checkpoint(_model(), epoch=2, step=6, value=0.9)
+    assert writer.epoch == 1 and writer.best is not None and writer.best.epoch == 1
+    monkeypatch.undo()
+    writer.log(epoch=3, step=9, train_loss=0.7, val_accuracy=0.6, val_loss=0.8)
+    assert writer.checkpoint(_model(), epoch=3, step=9, value=0.6)
+    saved = torch.load(writer.folder / "best.pth", weights_only=True)
+    assert writer.best.epoch == saved["epoch"] == 3 and saved["selection"]["value"] == 0.6

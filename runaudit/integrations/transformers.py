@@ -34,8 +34,9 @@ What it reads from the Trainer, and what it writes:
 
 Resume is the Trainer's: ``trainer.train(resume_from_checkpoint=True)`` restores model, optimizer,
 scheduler and RNG from ``output_dir/checkpoint-<step>``; the callback reopens the run, and refuses a
-resume whose step is not its own last checkpoint's (it names the folder to resume from). Keep at least the
-checkpoint of the last save (``save_total_limit`` >= 1).
+resume whose step is not its own last checkpoint's (it names the folder to resume from). Keep the two
+newest checkpoints (``save_total_limit`` of None or >= 2): the Trainer deletes older ones before the
+callback commits the newest, so a process killed in between needs the one before it.
 
 After ``train()``, :func:`score_test` scores the test on the capsule's ``best`` weights through
 ``trainer.predict`` and finishes, or seals, the run.
