@@ -452,11 +452,16 @@ class RunWriter:
         for name in ("best", "latest"):
             if isinstance(saved.get(name), dict):
                 try:
-                    setattr(self, name, _Lineage(**saved[name]))
+                    lineage = _Lineage(**saved[name])
                 except TypeError:
-                    raise WriterError(
-                        f"{state_path}: its {name} record is not the writer's; {STATE_HINT}"
-                    ) from None
+                    lineage = None
+                if lineage is None or not _is_lineage(lineage):
+                    raise WriterError(f"{state_path}: its {name} record is not the writer's; {STATE_HINT}")
+                setattr(self, name, lineage)
+        kinds = {"tests": dict, "selections": dict, "declarations": list, "saves": list, "staged": list}
+        for name, kind in kinds.items():
+            if not isinstance(saved.get(name, kind()), kind):
+                raise WriterError(f"{state_path}: its {name} record is not the writer's; {STATE_HINT}")
         self.best_written_without_metric = bool(saved.get("best_without_metric"))
         self.tests = dict(saved.get("tests", {}))
         self.selections = dict(saved.get("selections", {}))
@@ -471,7 +476,7 @@ class RunWriter:
         """Finish the checkpoint whose state was written but whose files were not all renamed into place;
         discard files staged by one whose state never was (the last checkpoint is then whole as it was)."""
         names = {f"best{self.suffix}", LATEST}
-        if not isinstance(committed, list) or not set(committed) <= names:
+        if not all(isinstance(name, str) for name in committed) or not set(committed) <= names:
             raise WriterError(f"{state_path}: its staged record is not the writer's; {STATE_HINT}")
         for name in sorted(names):
             staged = self.folder / f".{name}{STAGED}"
@@ -1014,6 +1019,15 @@ def _choose(what: str, value: str, allowed: Sequence[str]) -> None:
 def _checked_id(what: str, value: str) -> None:
     if not is_safe_id(value):
         raise WriterError(f"{what} {value!r} is not a safe id (^[A-Za-z0-9][A-Za-z0-9._-]*$)")
+
+
+def _is_lineage(lineage: _Lineage) -> bool:
+    """Integers >= 0 for the epoch and step, a number or None for the value, as the writer records them."""
+    counters = (lineage.epoch, lineage.step)
+    value = lineage.value
+    return all(type(item) is int and item >= 0 for item in counters) and (
+        value is None or type(value) in (int, float)
+    )
 
 
 def _lstat_mode(path: Path) -> int:

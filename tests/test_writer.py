@@ -288,6 +288,17 @@ def test_tied_weights_save_as_safetensors_and_load_back(writer: RunWriter) -> No
     [
         (".writer-state.json", b"{torn", "unreadable"),
         (".writer-state.json", b'{"best": {"epoch": 1}}', "not the writer's"),
+        # Hand-edited into other types, each was a Python traceback rather than one line.
+        (
+            ".writer-state.json",
+            b'{"latest": {"epoch": "2", "step": "20"}}',
+            "latest record is not the writer's",
+        ),
+        (".writer-state.json", b'{"staged": [["best.pth"]]}', "staged record is not the writer's"),
+        (".writer-state.json", b'{"staged": "best.pth"}', "staged record is not the writer's"),
+        (".writer-state.json", b'{"tests": [1, 2]}', "tests record is not the writer's"),
+        (".writer-state.json", b'{"saves": 5}', "saves record is not the writer's"),
+        (".writer-state.json", b'{"selections": "x"}', "selections record is not the writer's"),
         ("train.csv", b"epoch,step,train_loss\n\xff\xfe\n", "cannot be continued"),
     ],
 )
