@@ -89,43 +89,34 @@ class TrackerRun:
         points[step] = value
 
 
+ENTRIES, BYTES = "records and values", "bytes"
+
+
 @dataclass
 class ReadBudget:
-    """What reading one capsule's tracker logs may still cost, all runs and files together: each file has
-    caps of its own, but a capsule may hold thousands of files (100 event files of 149k empty records each,
-    every one under its file's caps, took 134 s)."""
+    """What reading one capsule's tracker logs may still cost, all runs and files together, per tracker:
+    records and values, and bytes. Each file has caps of its own, but a capsule may hold thousands of files
+    (100 event files of 149k empty records each, every one under its file's caps, took 134 s)."""
 
-    tensorboard_entries: int = field(default_factory=lambda: TENSORBOARD_ENTRIES_CAP)
-    wandb_entries: int = field(default_factory=lambda: WANDB_ENTRIES_CAP)
-    tensorboard_bytes: int = field(default_factory=lambda: TENSORBOARD_CAPSULE_CAP)
-    wandb_bytes: int = field(default_factory=lambda: WANDB_CAPSULE_CAP)
+    caps: dict[tuple[str, str], int] = field(
+        default_factory=lambda: {
+            (TENSORBOARD, ENTRIES): TENSORBOARD_ENTRIES_CAP,
+            (WANDB, ENTRIES): WANDB_ENTRIES_CAP,
+            (TENSORBOARD, BYTES): TENSORBOARD_CAPSULE_CAP,
+            (WANDB, BYTES): WANDB_CAPSULE_CAP,
+        }
+    )
+    spent: dict[tuple[str, str], int] = field(default_factory=dict)
 
-    def spend(self, rel: str, entries: int, kind: str) -> None:
-        """Charge ``entries`` records and values read from ``rel`` to its tracker; refuse past the cap."""
-        if kind == TENSORBOARD:
-            self.tensorboard_entries -= entries
-            left, cap = self.tensorboard_entries, TENSORBOARD_ENTRIES_CAP
-        else:
-            self.wandb_entries -= entries
-            left, cap = self.wandb_entries, WANDB_ENTRIES_CAP
-        if left < 0:
+    def spend(self, rel: str, amount: int, kind: str, unit: str = ENTRIES) -> None:
+        """Charge ``amount`` (records and values, or bytes) read from ``rel`` to its tracker; refuse the
+        capsule's logs past the cap."""
+        key = (kind, unit)
+        self.spent[key] = self.spent.get(key, 0) + amount
+        if self.spent[key] > self.caps[key]:
             raise TrackerUnreadable(
-                f"{rel}: the capsule's {kind} logs hold more than {cap} records and values together, past the "
+                f"{rel}: the capsule's {kind} logs hold more than {self.caps[key]} {unit} together, past the "
                 "cap (docs/capsule.md §2, tracker logs)"
-            )
-
-    def spend_bytes(self, rel: str, size: int, kind: str) -> None:
-        """Charge a log file's ``size`` to its tracker's byte budget; refuse it past the cap."""
-        if kind == TENSORBOARD:
-            self.tensorboard_bytes -= size
-            left, cap = self.tensorboard_bytes, TENSORBOARD_CAPSULE_CAP
-        else:
-            self.wandb_bytes -= size
-            left, cap = self.wandb_bytes, WANDB_CAPSULE_CAP
-        if left < 0:
-            raise TrackerUnreadable(
-                f"{rel}: the capsule's {kind} logs hold more than {cap} bytes together, past the cap "
-                "(docs/capsule.md §2, tracker logs)"
             )
 
 
@@ -314,7 +305,7 @@ def _read_tensorboard(capsule: Path, name: str, files: Iterable[str], budget: Re
                 raise TrackerUnreadable(
                     f"{rel} holds {info.st_size} bytes, past the {TENSORBOARD_CAP}-byte cap of an event file"
                 )
-            budget.spend_bytes(rel, info.st_size, TENSORBOARD)
+            budget.spend(rel, info.st_size, TENSORBOARD, BYTES)
             for event in _tensorboard_events(path, rel, info.st_size, budget, initial):
                 for value in event.summary.value:
                     plugin = plugins.setdefault(value.tag, value.metadata.plugin_data.plugin_name)
@@ -447,7 +438,7 @@ def _read_wandb(capsule: Path, name: str, files: Iterable[str], budget: ReadBudg
             data = read_regular(capsule / rel, LOG_CAP)
         except (OSError, UnsafeFile) as exc:
             raise TrackerUnreadable(f"{rel} cannot be read: {exc}") from None
-        budget.spend_bytes(rel, len(data), WANDB)
+        budget.spend(rel, len(data), WANDB, BYTES)
         for index, body in enumerate(wandb_records(data, rel), 1):
             record = wandb_internal_pb2.Record()
             try:

@@ -420,18 +420,23 @@ def test_rows_logged_before_the_first_checkpoint_are_not_kept(writer: RunWriter)
     run.release()
 
 
-def test_a_finished_run_reopened_without_a_change_is_sealed_as_it_was(writer: RunWriter) -> None:
-    """Opening cut train.csv to the last checkpoint's rows at once: a finished run whose last epoch had no
-    checkpoint, reopened by a status script or a re-queued job, lost that row under a run.json counting it."""
-    writer.log(epoch=1, step=3, train_loss=0.9, val_accuracy=0.5, val_loss=1.0)
-    writer.checkpoint(_model(), epoch=1, step=3, value=0.5)
-    writer.log(epoch=2, step=6, train_loss=0.8, val_accuracy=0.4, val_loss=0.9)
+def _score_and_finish(writer: RunWriter) -> None:
+    """Score the test on the current best and finish the run."""
     ids = [f"s{index}" for index in range(4)]
     with writer.test(sample_ids=ids) as test:
         test.score("clean", ids, accuracy=[1, 0, 1, 1], loss=[0.1, 0.2, 0.3, 0.4])
         for sample_id in test.selected:
             test.render("clean", sample_id, input=np.zeros((2, 2)), prediction=np.ones((2, 2, 3)))
     writer.finish()
+
+
+def test_a_finished_run_reopened_without_a_change_is_sealed_as_it_was(writer: RunWriter) -> None:
+    """Opening cut train.csv to the last checkpoint's rows at once: a finished run whose last epoch had no
+    checkpoint, reopened by a status script or a re-queued job, lost that row under a run.json counting it."""
+    writer.log(epoch=1, step=3, train_loss=0.9, val_accuracy=0.5, val_loss=1.0)
+    writer.checkpoint(_model(), epoch=1, step=3, value=0.5)
+    writer.log(epoch=2, step=6, train_loss=0.8, val_accuracy=0.4, val_loss=0.9)
+    _score_and_finish(writer)
     before = (writer.folder / "train.csv").read_bytes()
     _open(writer.root).release()
     assert (writer.folder / "train.csv").read_bytes() == before and (writer.folder / "run.json").is_file()
@@ -565,12 +570,7 @@ def test_a_reopened_run_that_only_finishes_keeps_its_rows_past_the_last_checkpoi
     writer.log(epoch=1, step=3, train_loss=0.9, val_accuracy=0.5, val_loss=1.0)
     writer.checkpoint(_model(), epoch=1, step=3, value=0.5)
     writer.log(epoch=2, step=6, train_loss=0.8, val_accuracy=0.9, val_loss=0.9)
-    ids = [f"s{index}" for index in range(4)]
-    with writer.test(sample_ids=ids) as test:
-        test.score("clean", ids, accuracy=[1, 0, 1, 1], loss=[0.1, 0.2, 0.3, 0.4])
-        for sample_id in test.selected:
-            test.render("clean", sample_id, input=np.zeros((2, 2)), prediction=np.ones((2, 2, 3)))
-    writer.finish()
+    _score_and_finish(writer)
     _open(writer.root).finish()
     assert [row["epoch"] for row in _rows(writer.folder / "train.csv")] == ["1", "2"]
     training = json.loads((writer.folder / "run.json").read_text())["training"]
