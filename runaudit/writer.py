@@ -51,7 +51,6 @@ import json
 import math
 import operator
 import os
-import stat
 import subprocess
 import sys
 import time
@@ -65,7 +64,7 @@ from runaudit.atomic import fsync_dir, write_atomic, write_bytes_atomic, write_j
 from runaudit.ids import duplicates, is_safe_id, run_id_problem
 from runaudit.manifest import load_json
 from runaudit.provenance import determinism, environment, source_identity
-from runaudit.safeio import JSON_CAP, read_regular
+from runaudit.safeio import JSON_CAP, is_regular, read_regular
 from runaudit.scoring import Metric, RunFacts, TestWriter, as_numpy
 from runaudit.usage import WriterError
 from runaudit.workspace import LOCK_FILE, STATE_FILE, touch_heartbeat, try_lock
@@ -481,7 +480,7 @@ class RunWriter:
         for name in sorted(names):
             staged = self.folder / f".{name}{STAGED}"
             if name in committed and os.path.lexists(staged):
-                if not stat.S_ISREG(_lstat_mode(staged)):
+                if not is_regular(staged):
                     raise WriterError(f"{staged}: not the regular file the writer staged; {STATE_HINT}")
                 os.replace(staged, self.folder / name)
             elif name not in committed:
@@ -684,7 +683,7 @@ class RunWriter:
         latest = self.folder / LATEST
         if self.latest is None:
             return None
-        if not stat.S_ISREG(_lstat_mode(latest)):
+        if not is_regular(latest):
             raise WriterError(
                 f"run {self.run_id}: its state names a checkpoint at epoch {self.latest.epoch}, but {latest} is "
                 "not a regular file; restore it, or start a new run id"
@@ -1028,14 +1027,6 @@ def _is_lineage(lineage: _Lineage) -> bool:
     return all(type(item) is int and item >= 0 for item in counters) and (
         value is None or type(value) in (int, float)
     )
-
-
-def _lstat_mode(path: Path) -> int:
-    """The file type and mode of ``path`` itself (0 where nothing is)."""
-    try:
-        return os.lstat(path).st_mode
-    except FileNotFoundError:
-        return 0
 
 
 def _counter(run_id: str, name: str, value: Any) -> int:
