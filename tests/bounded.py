@@ -45,7 +45,6 @@ WARM_IMPORTS = (
     "scipy.special",
     "pyarrow.parquet",
     "pyarrow.compute",
-    "pyarrow.dataset",
     "jsonschema",
     "yaml",
     "jinja2",
