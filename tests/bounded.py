@@ -40,6 +40,7 @@ import pytest
 WARM_IMPORTS = (
     "pytest",
     "torch",
+    "torch._dynamo",  # the first optimizer a smoke audit builds imports it (~1.2 s)
     "numpy",
     "scipy.fft",
     "scipy.special",

@@ -412,6 +412,16 @@ def test_lightning_capsule_resumes_seals_and_passes_custody(tmp_path: Path) -> N
     _prove_custody(root, LIGHTNING_RUN, tmp_path, "wine_adapter")
 
 
+def test_lightning_records_the_batch_of_one_optimizer_step(tmp_path: Path) -> None:
+    """With gradient accumulation, run.json's effective batch was the loader's (16), not what one optimizer
+    step sees (16 x 4)."""
+    _, _, capsule, _ = _lightning_fit(
+        tmp_path, tmp_path / "project", epochs=1, seal=False, trainer_options={"accumulate_grad_batches": 4}
+    )
+    assert capsule.run.batch_size == 16 * 4
+    release(capsule.run)
+
+
 def test_lightning_misconfigured_selection_is_one_line_and_writes_no_capsule(tmp_path: Path) -> None:
     root = tmp_path / "project"
     with pytest.raises(WriterError) as caught:
@@ -473,6 +483,7 @@ def _hf_trainer(
     crash_in_epoch: int = 0,
     metric: str = "accuracy",
     compute: str = "accuracy",
+    save_total_limit: int | None = None,
     **options: Any,
 ) -> tuple[Any, Any, ModuleType]:
     import torch
@@ -514,6 +525,7 @@ def _hf_trainer(
         save_strategy="epoch",
         logging_strategy="epoch",
         metric_for_best_model=metric,
+        save_total_limit=save_total_limit,
         report_to="none",
         use_cpu=True,
         seed=0,
@@ -605,6 +617,14 @@ def test_transformers_misconfigured_selection_is_one_line_and_writes_no_capsule(
     with pytest.raises(WriterError) as caught:
         trainer.train()
     assert "differs from the Trainer's metric_for_best_model" in _one_line(caught.value)
+
+    # One checkpoint kept: the Trainer deletes the one a resume needs before the capsule commits the next
+    # (a kill in between left the run unsealable for good); refused before any step.
+    trainer, _, _ = _hf_trainer(tmp_path, tmp_path / "kept-one", save_total_limit=1)
+    with pytest.raises(WriterError) as caught:
+        trainer.train()
+    assert "save_total_limit is 1" in _one_line(caught.value)
+    assert not (tmp_path / "kept-one" / "active" / HF_RUN).exists()
 
 
 # -- without the frameworks -------------------------------------------------------------------------------

@@ -13,8 +13,9 @@
     trainer.test(module, test_loader)    # scores the best checkpoint, then seals export/wine-mlp-s0
 
 The constructor takes :func:`runaudit.writer.open_run`'s keyword arguments (``epochs`` defaults to the
-trainer's ``max_epochs``) and these of its own: ``train_loss`` (the logged name of the training loss),
-``test_id``, ``conditions``, ``roles``, ``ground_truth``, ``selection_id``, ``render`` and ``seal``.
+trainer's ``max_epochs``; ``batch_size`` is the loader's, recorded times ``accumulate_grad_batches``) and
+these of its own: ``train_loss`` (the logged name of the training loss), ``test_id``, ``conditions``,
+``roles``, ``ground_truth``, ``selection_id``, ``render`` and ``seal``.
 
 What it expects the LightningModule to log (``self.log``) and return:
 
@@ -146,6 +147,9 @@ class CapsuleCallback(pl.Callback):
                     f"run {self.run_id}: the trainer has no max_epochs; pass epochs= (the planned epochs)"
                 )
             options["epochs"] = trainer.max_epochs
+        given = options.get("batch_size")
+        if isinstance(given, int) and not isinstance(given, bool):  # anything else: open_run's one line
+            options["batch_size"] = given * trainer.accumulate_grad_batches  # what one optimizer step sees
         self._run = open_run(self.root, self.run_id, **options)
         return self._run
 

@@ -35,8 +35,8 @@ What it reads from the Trainer, and what it writes:
 Resume is the Trainer's: ``trainer.train(resume_from_checkpoint=True)`` restores model, optimizer,
 scheduler and RNG from ``output_dir/checkpoint-<step>``; the callback reopens the run, and refuses a
 resume whose step is not its own last checkpoint's (it names the folder to resume from). Keep the two
-newest checkpoints (``save_total_limit`` of None or >= 2): the Trainer deletes older ones before the
-callback commits the newest, so a process killed in between needs the one before it.
+newest checkpoints (``save_total_limit`` of None or >= 2; less is refused): the Trainer deletes older
+ones before the callback commits the newest, so a process killed in between needs the one before it.
 
 After ``train()``, :func:`score_test` scores the test on the capsule's ``best`` weights through
 ``trainer.predict`` and finishes, or seals, the run.
@@ -130,6 +130,11 @@ class CapsuleCallback(TrainerCallback):
             raise WriterError(
                 f"run {self.run_id}: runaudit's Trainer callback writes from one process; world_size is "
                 f"{args.world_size}"
+            )
+        if args.save_total_limit is not None and args.save_total_limit < 2:
+            raise WriterError(
+                f"run {self.run_id}: save_total_limit is {args.save_total_limit}; the Trainer deletes the "
+                "checkpoint a resume needs before the capsule commits the newest, so keep None or >= 2"
             )
         options = dict(self.options)
         if "epochs" not in options:
