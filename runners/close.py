@@ -23,6 +23,7 @@ import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from itertools import islice
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +34,7 @@ from runaudit.hashing import sha256_file, stat_key
 from runaudit.ids import is_safe_id, run_id_problem
 from runaudit.manifest import CAPSULE_FILES_CAP, load_json
 from runaudit.runners.suite import failures, run_suites
-from runaudit.safeio import JSON_CAP, read_regular
+from runaudit.safeio import JSON_CAP, open_regular, read_regular
 from runaudit.usage import Refusal, existing_dir
 from runaudit.verdict import printable
 from runaudit.workspace import LOCK_FILE, try_lock
@@ -47,6 +48,7 @@ SEALED_ENTRIES = (*SEALED, "test", TRACKERS)
 REASON_FILE = "QUARANTINE_REASON.txt"
 REPORT_FILE = "AUDIT_REPORT.json"
 COPY_MARGIN_BYTES = 64 << 20
+COMPARE_BLOCK = 1 << 20
 
 
 class CloseError(Refusal):
@@ -331,6 +333,47 @@ def _unshare(final: Path, log: Callable[[str], None]) -> None:
         )
 
 
+def _left_to_seal(active: Path, final: Path) -> bool:
+    """Whether ``active/<id>`` holds a sealed name the capsule does not hold byte for byte. After a close that
+    renamed its candidate into place nothing is left (same filesystem: released; another: equal copies);
+    anything else (a regular file changed or added, a link, a special file, a listing past the capsule's
+    file cap) is left, and refused as a capsule sealed already."""
+    seen = 0
+    pending = [Path(name) for name in _sealed_entries(active)]
+    while pending:
+        rel = pending.pop()
+        seen += 1
+        if seen > CAPSULE_FILES_CAP:
+            return True
+        try:
+            mine, theirs = (active / rel).lstat(), (final / rel).lstat()
+            if stat.S_ISDIR(mine.st_mode) and stat.S_ISDIR(theirs.st_mode):
+                pending.extend(
+                    rel / child.name for child in islice((active / rel).iterdir(), CAPSULE_FILES_CAP)
+                )
+                continue
+        except OSError:  # gone from the capsule, or a folder that cannot be listed
+            return True
+        files = stat.S_ISREG(mine.st_mode) and stat.S_ISREG(theirs.st_mode)
+        if not (files and mine.st_size == theirs.st_size and _same_bytes(active / rel, final / rel)):
+            return True
+    return False
+
+
+def _same_bytes(left: Path, right: Path) -> bool:
+    """Whether two regular files hold the same bytes (anything else in their place: not the same)."""
+    try:
+        with open_regular(left) as one, open_regular(right) as other:
+            while True:
+                block = one.read(COMPARE_BLOCK)
+                if block != other.read(COMPARE_BLOCK):
+                    return False
+                if not block:
+                    return True
+    except OSError:
+        return False
+
+
 def _shares_its_bytes(path: Path) -> bool:
     info = path.lstat()
     return stat.S_ISREG(info.st_mode) and info.st_nlink > 1
@@ -379,6 +422,10 @@ def close_run(root: Path, run_id: str, *, log: Callable[[str], None] = lambda li
         # both now, then refuse as ever.
         _release_sealed_names(active, final, log)
         _unshare(final, log)
+        if not _left_to_seal(active, final):  # a close killed after its rename: it sealed, and passed
+            return CloseResult(
+                run_id, True, final, f"by an earlier close; {active} holds nothing more to seal", None
+            )
         raise CloseError(
             f"close {run_id}: {final} is already sealed; a sealed capsule is never overwritten, "
             "a re-run mints a new run id"

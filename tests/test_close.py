@@ -194,8 +194,8 @@ def test_a_close_interrupted_while_copying_shared_files_apart_leaves_nothing_in_
     monkeypatch.undo()
     assert tree_digest(sealed) == before  # no stray name in the capsule
     capsys.readouterr()
-    assert close(root) == 2  # already sealed: and the copy apart is finished
-    assert "already sealed" in capsys.readouterr().err
+    assert close(root) == 0  # sealed already, by the first close: and the copy apart is finished
+    assert "by an earlier close" in capsys.readouterr().out
     assert (sealed / "train.csv").stat().st_nlink == 1 and tree_digest(sealed) == before
     assert not list((root / "export" / ".partial").glob(f"{close_module.UNSHARED_PREFIX}*"))
 
@@ -403,9 +403,40 @@ def test_an_interrupted_release_is_finished_by_the_next_close(root: Path) -> Non
     assert close(root) == 0
     sealed = root / "export" / RUN_ID / "best.pth"
     os.link(sealed, root / "active" / RUN_ID / "best.pth")  # as the interrupted close left it
-    assert close(root) == 2  # already sealed, as ever ...
+    assert close(root) == 0  # sealed by the first close ...
     assert not (root / "active" / RUN_ID / "best.pth").exists()  # ... and the shared name is gone
     assert sealed.stat().st_nlink == 1
+
+
+def test_a_close_run_again_after_it_sealed_says_sealed_unless_the_run_changed(
+    root: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A close killed after its rename, run again, said "already sealed" and exited 2 over a capsule that
+    was sealed, true and passing: a teardown script stopped there. Sealed it is, as long as active/ holds
+    nothing the capsule does not (copies left by a close across filesystems are the capsule's bytes)."""
+    assert close(root) == 0
+    active, sealed = root / "active" / RUN_ID, root / "export" / RUN_ID
+    capsys.readouterr()
+    for name in ("config.yaml", "train.csv", "best.pth"):  # what a copy to another filesystem leaves
+        shutil.copy2(sealed / name, active / name)
+    shutil.copytree(sealed / "test", active / "test")
+    before = tree_digest(sealed)
+    assert close(root) == 0
+    out = capsys.readouterr().out
+    assert out.count("\n") == 1 and f"sealed {sealed}" in out and "by an earlier close" in out, out
+    assert tree_digest(sealed) == before
+
+    for changed in ("train.csv", "test/main/metrics.json"):
+        saved = (active / changed).read_bytes()
+        (active / changed).write_bytes(saved[:-1] + bytes([saved[-1] ^ 1]))  # a run that went on
+        assert close(root) == 2, changed
+        assert "already sealed" in capsys.readouterr().err
+        (active / changed).write_bytes(saved)
+    (active / "train.csv").unlink()
+    os.mkfifo(active / "train.csv")  # never opened: not the capsule's bytes
+    assert close(root) == 2
+    assert "already sealed" in capsys.readouterr().err
+    assert tree_digest(sealed) == before
 
 
 def test_a_fifo_in_place_of_the_writers_lock_is_one_line_not_a_hang(
