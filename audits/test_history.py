@@ -510,7 +510,8 @@ def test_tracker_agrees(
     train.csv lacks, no early stop, no step logged twice with different values; it logs some train.csv column (else it is another run's log), no other
     run of the same tracker logs the same column, its hyperparameters equal config.yaml's, and a W&B summary
     keeps each metric's declared direction. Read with the trackers' own reader and protobuf; a disagreement
-    is disclosed: the chart and the capsule show different runs."""
+    is disclosed: the chart and the capsule show different runs. A log whose end cuts its last record (a
+    writer killed mid-record) is compared up to the cut, as the tracker charts it, and the verdict says so."""
     history = _history(audit, run, capsule)
     refused = capsule.inventory.refused_under(TRACKERS)
     if refused:  # a log that is a FIFO, a link or too deep is there but unreadable: never "no logs"
@@ -561,8 +562,16 @@ def test_tracker_agrees(
     declared = {metric.name: metric.direction for metric in run.metrics if metric.direction}
     findings += direction_findings(runs[tracker_run], declared)
     audit.evidence(tracker_run=tracker_run, columns=logged, files=list(runs[tracker_run].files))
+    torn = runs[tracker_run].torn
+    cut = (
+        f"; {', '.join(torn[:SHOWN])} (a writer killed mid-record): read up to it, as the tracker's own sync reads it"
+        if torn
+        else ""
+    )
     if findings:
-        audit.disclose(f"run {run.run_id}: " + "; ".join(findings), affects=[TRAINING, *metric_claims(run)])
+        audit.disclose(
+            f"run {run.run_id}: " + "; ".join(findings) + cut, affects=[TRAINING, *metric_claims(run)]
+        )
         return
     uncompared = runs[tracker_run].uncompared
     audit.note(
@@ -572,4 +581,5 @@ def test_tracker_agrees(
             if uncompared
             else ""
         )
+        + cut
     )

@@ -60,6 +60,8 @@ class TrackerRun:
     goals: dict[str, str] = field(default_factory=dict)  # W&B define_metric(summary=...): "max" or "min"
     rewritten: dict[str, Rewrites] = field(default_factory=dict)  # tag -> points an earlier value was under
     uncompared: list[str] = field(default_factory=list)  # hyperparameters too large to parse
+    # logs whose end cut their last record (a writer killed mid-record): read up to it, as the tracker reads
+    torn: list[str] = field(default_factory=list)
     # tag -> step -> a point dropped by preemption, until a later point at its step is held against it
     preempted: dict[str, dict[int, float]] = field(default_factory=dict)
 
@@ -238,6 +240,7 @@ WANDB_ENTRIES_CAP = 2_000_000
 TENSORBOARD_CAPSULE_CAP: int = 2 * TENSORBOARD_CAP
 WANDB_CAPSULE_CAP: int = 2 * LOG_CAP
 TFRECORD_FRAMING = 16  # a record's length (8 bytes) and its CRC (4) before the data, the data's CRC (4) after
+TFRECORD_HEADER = 12  # the length and its CRC
 
 
 def _scalar(tensor: Any, rel: str) -> float:
@@ -255,12 +258,14 @@ def _scalar(tensor: Any, rel: str) -> float:
 
 
 def _tensorboard_events(
-    path: Path, rel: str, size: int, budget: ReadBudget, initial: dict[str, Any]
+    path: Path, rel: str, size: int, budget: ReadBudget, initial: dict[str, Any], torn: list[str]
 ) -> Iterator[Any]:
     """The events of one event file, through tensorboard's record reader and the compat layers its
     ``EventFileLoader`` applies. That reader ends quietly at a damaged or truncated record (it swallows
     DataLossError, waiting for a writer to complete it), so a sound prefix followed by records of another
-    run with bad CRCs read as a whole log: the records read must span the file to the byte. Each event and
+    run with bad CRCs read as a whole log: the records read must span the file to the byte, but for one record
+    the file's end cut (a writer killed while it wrote: TensorBoard charts the records before it, and so
+    they are read; ``torn`` says where it begins). Each event and
     its values are charged to ``budget`` before the compat layers copy them: one 13.5 MB event of 1.35M
     values took 48 s and 3.3 GB."""
     from tensorboard import data_compat, dataclass_compat
@@ -280,10 +285,31 @@ def _tensorboard_events(
             )
         budget.spend(rel, 1 + values, TENSORBOARD)
         yield from dataclass_compat.migrate_event(data_compat.migrate_event(event), initial)
-    if read != size:
+    if read != size and _cut_by_the_end(path, read, size):
+        torn.append(f"{rel} ends in a record cut short at byte {read}")
+    elif read != size:
         raise TrackerUnreadable(
-            f"{rel}: TensorBoard's reader stops at byte {read} of {size}: a damaged or truncated record"
+            f"{rel}: TensorBoard's reader stops at byte {read} of {size}: a damaged record"
         )
+
+
+def _cut_by_the_end(path: Path, offset: int, size: int) -> bool:
+    """Whether the bytes of ``path`` from ``offset`` on begin one TFRecord that the file's end cut: a header
+    cut, or a length whose CRC holds and that runs past the end. A record that is whole but fails a CRC,
+    or a length that fails its own, is damage."""
+    from tensorboard.compat.tensorflow_stub.pywrap_tensorflow import masked_crc32c
+
+    from runaudit.safeio import open_regular
+
+    if size - offset < TFRECORD_HEADER:
+        return True
+    with open_regular(path) as handle:
+        handle.seek(offset)
+        header = handle.read(TFRECORD_HEADER)
+    length = int.from_bytes(header[:8], "little")
+    if len(header) != TFRECORD_HEADER or masked_crc32c(header[:8]) != int.from_bytes(header[8:], "little"):
+        return False
+    return offset + TFRECORD_FRAMING + length > size
 
 
 def _read_tensorboard(capsule: Path, name: str, files: Iterable[str], budget: ReadBudget) -> TrackerRun:
@@ -306,7 +332,7 @@ def _read_tensorboard(capsule: Path, name: str, files: Iterable[str], budget: Re
                     f"{rel} holds {info.st_size} bytes, past the {TENSORBOARD_CAP}-byte cap of an event file"
                 )
             budget.spend(rel, info.st_size, TENSORBOARD, BYTES)
-            for event in _tensorboard_events(path, rel, info.st_size, budget, initial):
+            for event in _tensorboard_events(path, rel, info.st_size, budget, initial, run.torn):
                 for value in event.summary.value:
                     plugin = plugins.setdefault(value.tag, value.metadata.plugin_data.plugin_name)
                     if plugin == "scalars":
@@ -352,66 +378,85 @@ WANDB_RECORD_CAP = 16 << 20
 WANDB_VALUE_CAP = 1 << 20
 
 
-def wandb_records(data: bytes, rel: str) -> Iterable[bytes]:
+class WandbRecords:
     """The records of a ``.wandb`` log, each checked against its CRC; a damaged or torn one raises: a piece
-    out of FIRST/MIDDLE.../LAST order, or a record whose last piece never comes (an earlier record's start
-    left open before the next, as a crashed or spliced log holds, would otherwise vanish unread). What is
-    skipped as padding (a block's tail, the rest of a file) must be zeros, as the writer leaves it, and a
-    record is refused past :data:`WANDB_RECORD_CAP` before its pieces are joined."""
-    import zlib
+    out of FIRST/MIDDLE.../LAST order, or a record whose last piece never comes before the next (an earlier
+    record's start left open, as a spliced log holds, would otherwise vanish unread). What is skipped as
+    padding (a block's tail, the rest of a file) must be zeros, as the writer leaves it, and a record is
+    refused past :data:`WANDB_RECORD_CAP` before its pieces are joined.
 
-    if not data.startswith(WANDB_HEADER):
-        raise TrackerUnreadable(f"{rel} does not start with the W&B log header")
-    position = len(WANDB_HEADER)
-    pieces: list[bytes] = []  # of the record begun at byte ``opened``; joined once (+= per piece: quadratic)
-    opened, size = -1, 0
-    while position < len(data):
-        left = WANDB_BLOCK - position % WANDB_BLOCK
-        header = data[position : position + 7]
-        if len(header) < 7 or left < 7 or header == bytes(7):  # padding: to the block's end, or the file's
-            _padding(data[position : position + left], position, rel)
-            position += left
-            continue
-        checksum, length, kind = (
-            int.from_bytes(header[:4], "little"),
-            int.from_bytes(header[4:6], "little"),
-            header[6],
-        )
-        body = data[position + 7 : position + 7 + length]
-        if (
-            len(body) != length
-            or length > left - 7
-            or zlib.crc32(body, zlib.crc32(bytes([kind]))) != checksum
-        ):
-            raise TrackerUnreadable(f"{rel}: a damaged record at byte {position}")
-        if kind not in (FULL, FIRST, MIDDLE, LAST):
-            raise TrackerUnreadable(f"{rel}: record type {kind} at byte {position} is not a log record")
-        if kind in (FULL, FIRST) and opened >= 0:
-            raise TrackerUnreadable(
-                f"{rel}: a torn record: the one begun at byte {opened} has no last piece before byte {position}"
+    Only the file's end may cut a record short: a process killed while it wrote one (a pre-empted box) leaves
+    its first bytes and nothing after them. The records before are read, as W&B's own sync reads them, and
+    :attr:`torn_at` says where the cut record begins."""
+
+    def __init__(self, data: bytes, rel: str) -> None:
+        self.data, self.rel = data, rel
+        self.torn_at: int | None = None
+
+    def __iter__(self) -> Iterator[bytes]:
+        import zlib
+
+        data, rel = self.data, self.rel
+        if not data.startswith(WANDB_HEADER):
+            raise TrackerUnreadable(f"{rel} does not start with the W&B log header")
+        position = len(WANDB_HEADER)
+        pieces: list[
+            bytes
+        ] = []  # of the record begun at byte ``opened``; joined once (+= per piece: quadratic)
+        opened, size = -1, 0
+        while position < len(data):
+            left = WANDB_BLOCK - position % WANDB_BLOCK
+            header = data[position : position + 7]
+            if len(header) < 7 and header.strip(b"\0"):  # a header the file's end cut
+                self.torn_at = opened if opened >= 0 else position
+                return
+            if (
+                len(header) < 7 or left < 7 or header == bytes(7)
+            ):  # padding: to the block's end, or the file's
+                _padding(data[position : position + left], position, rel)
+                position += left
+                continue
+            checksum, length, kind = (
+                int.from_bytes(header[:4], "little"),
+                int.from_bytes(header[4:6], "little"),
+                header[6],
             )
-        if kind in (MIDDLE, LAST) and opened < 0:
-            raise TrackerUnreadable(
-                f"{rel}: a torn record: a continuation piece at byte {position} begins none"
-            )
-        if kind in (FIRST, MIDDLE) and length != left - 7:  # the writer splits a record at block ends only
-            raise TrackerUnreadable(
-                f"{rel}: a record's piece at byte {position} ends before its block does, as no writer splits one"
-            )
-        if kind in (FULL, FIRST):
-            opened, size = position, 0
-        size += length
-        if size > WANDB_RECORD_CAP:
-            raise TrackerUnreadable(
-                f"{rel}: the record begun at byte {opened} holds more than {WANDB_RECORD_CAP} bytes, past the cap"
-            )
-        pieces.append(body)
-        position += 7 + length
-        if kind in (FULL, LAST):
-            yield b"".join(pieces)
-            pieces, opened = [], -1
-    if opened >= 0:
-        raise TrackerUnreadable(f"{rel}: a torn record: the one begun at byte {opened} ends with the file")
+            body = data[position + 7 : position + 7 + length]
+            if len(body) != length and length <= left - 7:  # a piece the file's end cut
+                self.torn_at = opened if opened >= 0 else position
+                return
+            if length > left - 7 or zlib.crc32(body, zlib.crc32(bytes([kind]))) != checksum:
+                raise TrackerUnreadable(f"{rel}: a damaged record at byte {position}")
+            if kind not in (FULL, FIRST, MIDDLE, LAST):
+                raise TrackerUnreadable(f"{rel}: record type {kind} at byte {position} is not a log record")
+            if kind in (FULL, FIRST) and opened >= 0:
+                raise TrackerUnreadable(
+                    f"{rel}: a torn record: the one begun at byte {opened} has no last piece before byte {position}"
+                )
+            if kind in (MIDDLE, LAST) and opened < 0:
+                raise TrackerUnreadable(
+                    f"{rel}: a torn record: a continuation piece at byte {position} begins none"
+                )
+            if (
+                kind in (FIRST, MIDDLE) and length != left - 7
+            ):  # the writer splits a record at block ends only
+                raise TrackerUnreadable(
+                    f"{rel}: a record's piece at byte {position} ends before its block does, as no writer splits one"
+                )
+            if kind in (FULL, FIRST):
+                opened, size = position, 0
+            size += length
+            if size > WANDB_RECORD_CAP:
+                raise TrackerUnreadable(
+                    f"{rel}: the record begun at byte {opened} holds more than {WANDB_RECORD_CAP} bytes, past the cap"
+                )
+            pieces.append(body)
+            position += 7 + length
+            if kind in (FULL, LAST):
+                yield b"".join(pieces)
+                pieces, opened = [], -1
+        if opened >= 0:  # its last piece never came: the file's end cut it
+            self.torn_at = opened
 
 
 def _padding(skipped: bytes, position: int, rel: str) -> None:
@@ -439,7 +484,8 @@ def _read_wandb(capsule: Path, name: str, files: Iterable[str], budget: ReadBudg
         except (OSError, UnsafeFile) as exc:
             raise TrackerUnreadable(f"{rel} cannot be read: {exc}") from None
         budget.spend(rel, len(data), WANDB, BYTES)
-        for index, body in enumerate(wandb_records(data, rel), 1):
+        records = WandbRecords(data, rel)
+        for index, body in enumerate(records, 1):
             record = wandb_internal_pb2.Record()
             try:
                 record.ParseFromString(body)
@@ -492,6 +538,8 @@ def _read_wandb(capsule: Path, name: str, files: Iterable[str], budget: ReadBudg
                 raise TrackerUnreadable(
                     f"{rel}: record {index} is refused by W&B's protobuf or its JSON values ({type(exc).__name__})"
                 ) from None
+        if records.torn_at is not None:
+            run.torn.append(f"{rel} ends in a record cut short at byte {records.torn_at}")
     return run
 
 

@@ -72,6 +72,25 @@ def test_a_run_whose_tensorboard_log_is_its_own_agrees_and_is_sealed(
     assert wandb["verdict"] == "passed" and set(wandb["evidence"]["columns"]) == columns
 
 
+def test_a_wandb_log_cut_by_a_killed_writer_is_compared_up_to_the_cut(
+    run_audits: Callable[..., AuditRun], tracked: Path, tmp_path: Path
+) -> None:
+    """The real W&B log of a run whose writer died while it wrote its last record: compared, and passed,
+    with the cut said; before, the whole log was refused and every tracker case only disclosed that."""
+    capsule = tmp_path / "tb-1"
+    shutil.copytree(tracked / "export" / "tb-1", capsule)
+    (log,) = capsule.glob("trackers/wandb/offline-run-*/run-*.wandb")
+    log.chmod(0o644)
+    data = log.read_bytes()
+    log.write_bytes(data[:-3])  # the end of its last record (the run's exit, after every history row)
+    verdicts = _verdicts(run_audits, tracked, str(capsule))
+    (wandb,) = [
+        item for key, item in verdicts.items() if key.startswith(f"{AUDIT}[trackers/wandb/offline-run-")
+    ]
+    assert wandb["verdict"] == "passed", wandb
+    assert "ends in a record cut short at byte" in wandb["message"] and log.name in wandb["message"]
+
+
 def test_a_log_of_another_run_beside_the_runs_own_is_disclosed(
     run_audits: Callable[..., AuditRun], tracked: Path
 ) -> None:
@@ -165,15 +184,15 @@ def test_a_wandb_summary_kept_in_the_wrong_direction_is_named(tmp_path: Path) ->
 
 
 def test_a_damaged_wandb_record_is_refused_not_parsed(tmp_path: Path) -> None:
-    from runaudit.trackers import TrackerUnreadable, wandb_records
+    from runaudit.trackers import TrackerUnreadable, WandbRecords
 
     data = bytearray(_wandb_log(tmp_path, "max").read_bytes())
-    assert len(list(wandb_records(bytes(data), "run-x.wandb"))) > 3
+    assert len(list(WandbRecords(bytes(data), "run-x.wandb"))) > 3
     data[40] ^= 0xFF
     with pytest.raises(TrackerUnreadable, match="damaged record"):
-        list(wandb_records(bytes(data), "run-x.wandb"))
+        list(WandbRecords(bytes(data), "run-x.wandb"))
     with pytest.raises(TrackerUnreadable, match="header"):
-        list(wandb_records(b"PK\x03\x04" + bytes(data[4:]), "run-x.wandb"))
+        list(WandbRecords(b"PK\x03\x04" + bytes(data[4:]), "run-x.wandb"))
 
 
 def test_a_scalar_declaring_a_huge_shape_is_refused_before_it_is_expanded(tmp_path: Path) -> None:
@@ -265,7 +284,6 @@ def test_sound_event_records_are_read_whole(tmp_path: Path) -> None:
     [
         pytest.param(lambda own, other: own + [_bad_crc(record) for record in other], id="bad-crc-tail"),
         pytest.param(lambda own, other: own[:2] + [_bad_crc(own[2])] + own[3:], id="bad-crc-half-way"),
-        pytest.param(lambda own, other: own + [other[1][:-5]], id="truncated-last-record"),
         pytest.param(lambda own, other: [_bad_crc(record) for record in other], id="only-bad-records"),
         pytest.param(lambda own, other: [bytes(4096)], id="zeros"),
     ],
@@ -279,9 +297,21 @@ def test_a_damaged_event_file_is_unreadable_not_a_shorter_log(
 
     data = b"".join(damage(_tfrecords(_events(*OWN)), _tfrecords(_events(*OTHER))))
     with pytest.raises(
-        TrackerUnreadable, match=rf"events\.out\.tfevents\.1\.host: .* stops at byte \d+ of {len(data)}"
+        TrackerUnreadable,
+        match=rf"events\.out\.tfevents\.1\.host: .* stops at byte \d+ of {len(data)}: a damaged record",
     ):
         _read_event_file(tmp_path, data)
+
+
+@pytest.mark.parametrize("kept", [3, 11, 20, -5], ids=["header", "length-crc", "data", "data-crc"])
+def test_an_event_file_whose_end_cuts_its_last_record_is_read_up_to_it(tmp_path: Path, kept: int) -> None:
+    """A SummaryWriter killed while it wrote an event (a pre-empted box) leaves the record's first bytes at
+    the file's end: TensorBoard charts the records before it, and the whole log was refused."""
+    own = _tfrecords(_events(*OWN))
+    run = _read_event_file(tmp_path, b"".join(own[:-1]) + own[-1][:kept])
+    assert run.scalars == {"train_loss": dict(OWN[:-1])}
+    (torn,) = run.torn
+    assert torn.endswith(f"ends in a record cut short at byte {len(b''.join(own[:-1]))}")
 
 
 def test_an_event_file_past_its_caps_is_refused_unread(
@@ -341,7 +371,6 @@ def _framed(data: bytes, kinds: Iterable[int], body: bytes) -> bytes:
 @pytest.mark.parametrize(
     "kinds",
     [
-        pytest.param((FIRST,), id="first-then-end-of-file"),
         pytest.param((FIRST, FULL), id="first-then-full"),
         pytest.param((FIRST, FIRST, LAST), id="first-then-first"),
         pytest.param((MIDDLE, LAST), id="middle-with-none-begun"),
@@ -352,12 +381,42 @@ def _framed(data: bytes, kinds: Iterable[int], body: bytes) -> bytes:
 def test_a_torn_wandb_record_is_unreadable(kinds: tuple[int, ...]) -> None:
     """A record whose pieces are out of FIRST/MIDDLE.../LAST order, or whose last piece never comes,
     passed: the torn record vanished and the rest of the log agreed with train.csv."""
-    from runaudit.trackers import WANDB_HEADER, TrackerUnreadable, wandb_records
+    from runaudit.trackers import WANDB_HEADER, TrackerUnreadable, WandbRecords
 
     sound = WANDB_HEADER + _piece(FULL, _history_record(10, train_loss=2.0))
     data = _framed(sound, kinds, bytes(range(256)) * 1024)
     with pytest.raises(TrackerUnreadable, match=r"run-x\.wandb: a torn record"):
-        list(wandb_records(data, "run-x.wandb"))
+        list(WandbRecords(data, "run-x.wandb"))
+
+
+@pytest.mark.parametrize(
+    "cut",
+    [
+        pytest.param("first-piece", id="a-first-piece-then-the-end"),
+        pytest.param("body", id="a-piece-cut-in-its-data"),
+        pytest.param("header", id="a-piece-cut-in-its-header"),
+    ],
+)
+def test_a_wandb_log_whose_end_cuts_its_last_record_is_read_up_to_it(cut: str) -> None:
+    """A process killed while W&B wrote a record (a pre-empted box) leaves its first bytes at the file's end:
+    the whole log was refused, and every tracker case of the capsule only disclosed it. The records before
+    are read, as W&B's sync reads them, and where the cut record begins is said."""
+    from runaudit.trackers import WANDB_HEADER, TrackerUnreadable, WandbRecords
+
+    sound = WANDB_HEADER + _piece(FULL, _history_record(10, train_loss=2.0))
+    last = _piece(FULL, _history_record(20, train_loss=1.0))
+    data = {
+        "first-piece": _framed(sound, (FIRST,), bytes(range(256)) * 1024),
+        "body": sound + last[:-3],
+        "header": sound + last[:3],
+    }[cut]
+    records = WandbRecords(data, "run-x.wandb")
+    assert [*records] == [_history_record(10, train_loss=2.0)] and records.torn_at == len(sound)
+    records = WandbRecords(sound + last, "run-x.wandb")
+    assert len([*records]) == 2 and records.torn_at is None
+    # Cut anywhere but at the file's end, a record is damage, and refused as ever.
+    with pytest.raises(TrackerUnreadable, match="damaged record"):
+        [*WandbRecords(sound + last[:-3] + last, "run-x.wandb")]
 
 
 @pytest.mark.parametrize(
@@ -371,7 +430,7 @@ def test_a_torn_wandb_record_is_unreadable(kinds: tuple[int, ...]) -> None:
 def test_a_piece_that_ends_before_its_block_is_refused(kinds: tuple[int, ...], request: Any) -> None:
     """W&B's writer splits a record only at block ends. Empty MIDDLE pieces added no bytes and no record:
     two 255 MiB logs of 38M of them were read whole (143 s, 3.6 GB) under every cap."""
-    from runaudit.trackers import WANDB_HEADER, TrackerUnreadable, wandb_records
+    from runaudit.trackers import WANDB_HEADER, TrackerUnreadable, WandbRecords
 
     case = request.node.callspec.id
     body = bytes(range(256)) * 1024
@@ -381,7 +440,7 @@ def test_a_piece_that_ends_before_its_block_is_refused(kinds: tuple[int, ...], r
     else:
         data += _piece(MIDDLE, b"" if case == "empty-middle" else body[:100]) + _piece(LAST, body[:16])
     with pytest.raises(TrackerUnreadable, match=r"run-x\.wandb: a record's piece at byte \d+ ends before"):
-        list(wandb_records(data, "run-x.wandb"))
+        list(WandbRecords(data, "run-x.wandb"))
 
 
 def _wandb_run(tmp_path: Path, *records: bytes) -> TrackerRun:
@@ -643,19 +702,18 @@ def _wandb_log_of(tmp_path: Path, *bodies: bytes) -> TrackerRun:
 @pytest.mark.parametrize(
     "tail",
     [
-        pytest.param(b"\x01\x02\x03", id="bytes-after-the-last-record"),
         pytest.param(bytes(7) + b"\x09" * 40, id="bytes-after-a-zero-header"),
     ],
 )
 def test_what_a_wandb_log_skips_as_padding_must_be_zeros(tail: bytes) -> None:
     """Fewer than seven bytes after the last record, or the rest of a block after a zero header, were
     skipped as padding unchecked: another record's bytes there passed unread."""
-    from runaudit.trackers import WANDB_HEADER, TrackerUnreadable, wandb_records
+    from runaudit.trackers import WANDB_HEADER, TrackerUnreadable, WandbRecords
 
     sound = WANDB_HEADER + _piece(FULL, _history_record(10, train_loss=2.0))
-    assert len(list(wandb_records(sound + bytes(len(tail)), "run-x.wandb"))) == 1
+    assert len(list(WandbRecords(sound + bytes(len(tail)), "run-x.wandb"))) == 1
     with pytest.raises(TrackerUnreadable, match=r"run-x\.wandb: bytes \d+-\d+ are skipped as padding"):
-        list(wandb_records(sound + tail, "run-x.wandb"))
+        list(WandbRecords(sound + tail, "run-x.wandb"))
 
 
 def test_more_tracker_runs_than_are_compared_are_one_disclosed_case(
