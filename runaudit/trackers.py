@@ -145,11 +145,14 @@ def tracker_folders(capsule: Path) -> dict[str, tuple[str, ...]]:
                     found, run_folder.relative_to(capsule).as_posix(), path.relative_to(capsule).as_posix()
                 )
     base = capsule / TRACKERS / WANDB
-    for run_entry in _entries(base, capsule) if base.is_dir() and not base.is_symlink() else []:
+    first: dict[str, str] = {}  # run-<id>.wandb -> the earliest folder that holds it
+    run_entries = _entries(base, capsule) if base.is_dir() and not base.is_symlink() else []
+    for run_entry in sorted(run_entries, key=lambda entry: entry.name):  # offline-run-<time>-<id>: in time
         if run_entry.is_dir(follow_symlinks=False):
-            run = Path(run_entry.path).relative_to(capsule).as_posix()
             for entry in _entries(Path(run_entry.path), capsule):
                 if is_wandb_log(entry.name) and entry.is_file(follow_symlinks=False):
+                    # A run resumed under its id (resume="allow") logs to a folder per session, one W&B run
+                    run = first.setdefault(entry.name, Path(run_entry.path).relative_to(capsule).as_posix())
                     _found(found, run, Path(entry.path).relative_to(capsule).as_posix())
     return {name: tuple(sorted(files)) for name, files in sorted(found.items())}
 

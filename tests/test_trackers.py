@@ -8,6 +8,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
@@ -170,6 +171,38 @@ def _wandb_log(folder: Path, summary: str) -> Path:
     subprocess.run([sys.executable, "-c", WANDB_SCRIPT, str(folder), summary], check=True, timeout=300)
     (log,) = folder.glob("wandb/offline-run-*/run-*.wandb")
     return log
+
+
+RESUMED_SCRIPT = """
+import sys, wandb
+chart = wandb.init(project="t", dir=sys.argv[1], mode="offline", id="resumed1", resume="allow",
+                   settings=wandb.Settings(silent=True, console="off"))
+for point in sys.argv[2:]:
+    step, value = point.split("=")
+    chart.log({"val_accuracy": float(value)}, step=int(step))
+chart.finish()
+"""
+
+
+def test_a_wandb_run_resumed_under_its_id_is_one_run_of_its_sessions(tmp_path: Path) -> None:
+    """A run resumed with ``wandb.init(id=..., resume="allow")`` logs each session to an offline folder of its
+    own: two folders of one W&B run were two tracker runs, disclosed as "two tracker runs for one capsule".
+    One run now, its sessions read in order; a step the second logs again with another value is said."""
+    from runaudit.trackers import read_run, tracker_folders
+
+    for points in (("10=0.5", "20=0.6"), ("20=0.65", "30=0.7")):  # resumed after its checkpoint at step 10
+        subprocess.run(
+            [sys.executable, "-c", RESUMED_SCRIPT, str(tmp_path / "trackers"), *points],
+            check=True,
+            timeout=300,
+        )
+        time.sleep(1.1)  # the folder's name holds the session's start to the second
+    ((name, files),) = tracker_folders(tmp_path).items()
+    assert len(files) == 2 and [Path(rel).name for rel in files] == ["run-resumed1.wandb"] * 2
+    assert name == Path(files[0]).parent.as_posix()  # the first session's folder names the run
+    run = read_run(tmp_path, name, files)
+    assert run.scalars == {"val_accuracy": {10: 0.5, 20: 0.65, 30: 0.7}}
+    assert run.rewritten["val_accuracy"].first == [(20, 0.6, 0.65)]
 
 
 def test_a_wandb_summary_kept_in_the_wrong_direction_is_named(tmp_path: Path) -> None:
