@@ -509,7 +509,7 @@ def test_tracker_agrees(
     ``.wandb`` log) shows the run train.csv holds: the same values at the same steps (or epochs), no point
     train.csv lacks, no early stop, no step logged twice with different values; it logs some train.csv column (else it is another run's log), no other
     run of the same tracker logs the same column, its hyperparameters equal config.yaml's, and a W&B summary
-    keeps each metric's declared direction. Read with the trackers' own reader and protobuf; a disagreement
+    keeps each metric's declared direction and shows of a train.csv column only what its values give. Read with the trackers' own reader and protobuf; a disagreement
     is disclosed: the chart and the capsule show different runs. A log whose end cuts its last record (a
     writer killed mid-record) is compared up to the cut, as the tracker charts it, and the verdict says so."""
     history = _history(audit, run, capsule)
@@ -522,7 +522,14 @@ def test_tracker_agrees(
         )
     if tracker_run is None:
         audit.not_applicable("the capsule seals no tracker logs (trackers/tensorboard/, trackers/wandb/)")
-    from runaudit.trackers import SHOWN, TrackerUnreadable, config_findings, direction_findings, kind_of
+    from runaudit.trackers import (
+        SHOWN,
+        TrackerUnreadable,
+        config_findings,
+        direction_findings,
+        kind_of,
+        summary_findings,
+    )
 
     try:
         runs = _tracker_logs(run, capsule)
@@ -561,6 +568,7 @@ def test_tracker_agrees(
         findings += config_findings(runs[tracker_run], capsule.config())
     declared = {metric.name: metric.direction for metric in run.metrics if metric.direction}
     findings += direction_findings(runs[tracker_run], declared)
+    findings += summary_findings(runs[tracker_run], history)
     audit.evidence(tracker_run=tracker_run, columns=logged, files=list(runs[tracker_run].files))
     torn = runs[tracker_run].torn
     cut = (

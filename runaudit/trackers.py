@@ -28,6 +28,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from runaudit.capsule import TENSORBOARD, TENSORBOARD_EVENTS, TRACKER_DEPTH, TRACKERS, WANDB, is_wandb_log
 from runaudit.history import History
 from runaudit.reader import dotted
@@ -62,6 +64,8 @@ class TrackerRun:
     uncompared: list[str] = field(default_factory=list)  # hyperparameters too large to parse
     # logs whose end cut their last record (a writer killed mid-record): read up to it, as the tracker reads
     torn: list[str] = field(default_factory=list)
+    # a W&B run's summary as its runs table shows it once every update is applied: "a.b" -> a number
+    summary: dict[str, float] = field(default_factory=dict)
     # tag -> step -> a point dropped by preemption, until a later point at its step is held against it
     preempted: dict[str, dict[int, float]] = field(default_factory=dict)
 
@@ -525,6 +529,9 @@ def _read_wandb(capsule: Path, name: str, files: Iterable[str], budget: ReadBudg
                             continue
                         for dotted_key, flat in dotted({key: json.loads(item.value_json)}).items():
                             _hparam(run, dotted_key, flat, rel)
+                elif kind == "summary":
+                    budget.spend(rel, 1 + len(record.summary.update) + len(record.summary.remove), WANDB)
+                    _summarise(run, record.summary, rel)
                 else:
                     budget.spend(rel, 1, WANDB)
                     if kind == "metric" and record.metric.name:
@@ -544,6 +551,30 @@ def _read_wandb(capsule: Path, name: str, files: Iterable[str], budget: ReadBudg
         if records.torn_at is not None:
             run.torn.append(f"{rel} ends in a record cut short at byte {records.torn_at}")
     return run
+
+
+def _summarise(run: TrackerRun, record: Any, rel: str) -> None:
+    """Apply one W&B summary record to ``run.summary``: its numbers by dotted name (``define_metric``'s
+    ``{"max": 0.7}`` under ``val_accuracy`` is ``val_accuracy.max``), W&B's own ``_`` names left out."""
+    import json
+
+    for item in record.remove:
+        removed = _wandb_key(item, rel)
+        for name in [name for name in run.summary if name == removed or name.startswith(f"{removed}.")]:
+            del run.summary[name]
+    for item in record.update:
+        key = _wandb_key(item, rel)
+        if key.startswith("_") or len(item.value_json) > WANDB_VALUE_CAP:
+            continue
+        for name in [name for name in run.summary if name.startswith(f"{key}.")]:
+            del run.summary[name]  # a value replaces the one it updates, whatever its shape
+        for name, number in dotted({key: json.loads(item.value_json)}).items():
+            if isinstance(number, (int, float)) and not isinstance(number, bool):
+                if name not in run.summary and len(run.summary) == TAGS_CAP:
+                    raise TrackerUnreadable(f"{rel} summarises more than {TAGS_CAP} values, past the cap")
+                run.summary[name] = float(number)
+            else:
+                run.summary.pop(name, None)
 
 
 def _wandb_key(item: Any, rel: str) -> str:
@@ -706,6 +737,50 @@ def config_findings(run: TrackerRun, config: Mapping[str, Any] | None) -> list[s
 
 
 DIRECTIONS = {"higher": "max", "lower": "min"}
+
+
+# What a W&B summary may show of a metric's series: its last value by default, or what define_metric asks.
+SUMMARY_STATISTICS = ("first", "last", "min", "max", "mean", "best")
+
+
+def summary_findings(run: TrackerRun, history: History) -> list[str]:
+    """W&B summary values of a train.csv column that its series never gives: the runs table shows the run
+    by its summary (``run.summary["val_accuracy"] = 0.95`` after a run that reached 0.91 put 0.95 there).
+    A plain value must be one of the column's first, last, least, greatest or mean values; one named by
+    its statistic (``val_accuracy.max``), that statistic (``best``: the least or the greatest)."""
+    findings: list[str] = []
+    known = column_keys(history.columns)
+    for name, shown in sorted(run.summary.items()):
+        stem, _, statistic = name.rpartition(".")
+        if statistic not in SUMMARY_STATISTICS:
+            stem, statistic = name, ""
+        column = column_of(stem, known)
+        if column is None or column in ("epoch", "step") or not history.has(column):
+            continue
+        values = history.values[column][history.logged[column]]
+        values = values[np.isfinite(values)]
+        if not len(values):
+            continue
+        given = {
+            "first": float(values[0]),
+            "last": float(values[-1]),
+            "min": float(values.min()),
+            "max": float(values.max()),
+            "mean": float(values.mean()),
+        }
+        allowed = {
+            "": given.values(),
+            "best": (given["min"], given["max"]),
+        }.get(statistic, (given.get(statistic, math.nan),))
+        if not any(_agree(shown, value) for value in allowed):
+            stated = ", ".join(f"{label} {value:.6g}" for label, value in given.items())
+            findings.append(
+                f"{run.name}: its W&B summary shows {name} = {shown:.6g}, which train.csv's {column} never "
+                f"gives ({stated})"
+            )
+            if len(findings) == SHOWN:
+                break
+    return findings
 
 
 def direction_findings(run: TrackerRun, declared: Mapping[str, str]) -> list[str]:

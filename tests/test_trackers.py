@@ -161,16 +161,45 @@ chart = wandb.init(project="t", dir=sys.argv[1], mode="offline", config={"lr": 0
 chart.define_metric("val_accuracy", summary=sys.argv[2])
 for step, value in ((10, 0.5), (20, 0.7)):
     chart.log({"val_accuracy": value}, step=step)
+if len(sys.argv) > 3:
+    chart.log({}, commit=True)  # the last row's own summary update comes before the value set by hand
+    chart.summary["val_accuracy"] = float(sys.argv[3])
 chart.finish()
 """
 
 
-def _wandb_log(folder: Path, summary: str) -> Path:
+def _wandb_log(folder: Path, summary: str, *shown: str) -> Path:
     """A real W&B offline run (wandb.init, mode offline) logging two epochs of val_accuracy, in a process
-    of its own: the log is complete once that process has ended."""
-    subprocess.run([sys.executable, "-c", WANDB_SCRIPT, str(folder), summary], check=True, timeout=300)
+    of its own: the log is complete once that process has ended. ``shown``: a summary value set by hand."""
+    subprocess.run(
+        [sys.executable, "-c", WANDB_SCRIPT, str(folder), summary, *shown], check=True, timeout=300
+    )
     (log,) = folder.glob("wandb/offline-run-*/run-*.wandb")
     return log
+
+
+def test_a_wandb_summary_shows_only_what_train_csv_gives(tmp_path: Path) -> None:
+    """The runs table shows a run by its summary: 0.95 set there by hand, after a run whose val_accuracy
+    reached 0.7, passed unread."""
+    from runaudit.trackers import read_run, summary_findings
+
+    history = parse_history(["epoch", "step", "val_accuracy"], [["1", "10", "0.5"], ["2", "20", "0.7"]])
+    for folder, shown in (("kept", ()), ("set", ("0.95",))):
+        log = _wandb_log(tmp_path / folder, "max", *shown)
+        run = read_run(
+            tmp_path / folder,
+            f"trackers/wandb/{log.parent.name}",
+            [log.relative_to(tmp_path / folder).as_posix()],
+        )
+        if not shown:  # define_metric(summary="max") keeps {"max": 0.7}: what train.csv gives
+            assert run.summary == {"val_accuracy.max": 0.7} and summary_findings(run, history) == []
+            lower = parse_history(["epoch", "step", "val_accuracy"], [["1", "10", "0.5"], ["2", "20", "0.6"]])
+            (line,) = summary_findings(run, lower)
+            assert "shows val_accuracy.max = 0.7, which train.csv's val_accuracy never gives" in line
+        else:
+            assert run.summary == {"val_accuracy": 0.95}
+            (line,) = summary_findings(run, history)
+            assert "shows val_accuracy = 0.95" in line and "last 0.7" in line, line
 
 
 RESUMED_SCRIPT = """
