@@ -549,11 +549,7 @@ class RunWriter:
         """One row of ``train.csv``. Validation metrics go in as ``val_<metric>`` (what ``best`` is
         checked against); the first row fixes the columns."""
         self._open_for_writing()
-        for name, value in (("epoch", epoch), ("step", step)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise WriterError(
-                    f"run {self.run_id}: train.csv {name} must be an integer >= 0, found {value!r}"
-                )
+        epoch, step = _counter(self.run_id, "epoch", epoch), _counter(self.run_id, "step", step)
         if "resume" in values:
             raise WriterError(f"run {self.run_id}: train.csv's resume column is the writer's to set")
         self.history.settle(training=True)

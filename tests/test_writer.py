@@ -558,6 +558,17 @@ def test_careless_checkpoint_arguments_are_one_writer_error_line(
     writer.checkpoint(_model(), epoch=np.int64(1), step=torch.tensor(3), value=torch.tensor(0.5))
 
 
+def test_a_row_takes_the_counters_a_checkpoint_takes(writer: RunWriter) -> None:
+    """log() refused numpy's and torch's integers, which checkpoint() takes, and had a check of its own."""
+    writer.log(epoch=np.int64(1), step=torch.tensor(3), train_loss=0.9, val_accuracy=0.5, val_loss=1.0)
+    writer.checkpoint(_model(), epoch=1, step=3, value=0.5)
+    rows = (writer.folder / "train.csv").read_text().splitlines()
+    assert rows[1].startswith("1,3,"), rows
+    for epoch, said in (("2", "epoch must be an integer >= 0, found '2'"), (True, "found True")):
+        with pytest.raises(WriterError, match=re.escape(said)):
+            writer.log(epoch=epoch, step=6, train_loss=0.8, val_accuracy=0.6, val_loss=0.9)
+
+
 def test_a_run_id_past_the_file_name_limit_is_one_line(tmp_path: Path) -> None:
     with pytest.raises(WriterError, match=r"run a{300}: cannot create .*: File name too long"):
         _open(tmp_path / "project", "a" * 300)
