@@ -25,7 +25,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from itertools import islice
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from runaudit.atomic import fsync_dir, write_bytes_atomic, write_json_atomic
 from runaudit.capsule import CHECKPOINT_FILES, CHECKPOINT_ROLES, TRACKERS, checkpoint_file
@@ -333,6 +333,42 @@ def _unshare(final: Path, log: Callable[[str], None]) -> None:
         )
 
 
+def _sealed_by_an_earlier_close(active: Path, final: Path, run_id: str) -> bool:
+    """Whether ``export/<id>`` is what closing ``active/<id>`` as it stands seals: no writer holds the run,
+    the sealed run.json is its draft as a close seals it, and active/ holds no sealed name the capsule does
+    not hold byte for byte. A run that reuses the id, or went on after its seal, is none of these."""
+    workspace = _locked_run(active, run_id)
+    try:
+        draft = _draft(active, run_id)
+        try:
+            sealed = load_json(read_regular(final / "run.json", JSON_CAP))
+        except (OSError, ValueError):
+            return False
+        return _seal_of(draft, sealed) and not _left_to_seal(active, final)
+    finally:
+        workspace.close()
+
+
+def _seal_of(draft: dict[str, Any], sealed: Any) -> bool:
+    """Whether ``sealed`` is ``draft`` as :func:`seal_bindings` seals it: its state, time and hashes added."""
+    if not isinstance(sealed, dict):
+        return False
+    expected: dict[str, Any] = json.loads(json.dumps(draft))
+    expected["state"], expected["closed_utc"] = "closed", sealed.get("closed_utc")
+    pairs = [(expected.get("config"), sealed.get("config"))]
+    pairs += [
+        (expected.get("checkpoints", {}).get(role), sealed.get("checkpoints", {}).get(role))
+        for role in CHECKPOINT_ROLES
+        if isinstance(expected.get("checkpoints"), dict) and isinstance(sealed.get("checkpoints"), dict)
+    ]
+    if isinstance(expected.get("selections"), list) and isinstance(sealed.get("selections"), list):
+        pairs += list(zip(expected["selections"], sealed["selections"], strict=False))
+    for mine, theirs in pairs:
+        if isinstance(mine, dict) and isinstance(theirs, dict) and "sha256" in theirs:
+            mine.setdefault("sha256", theirs["sha256"])
+    return expected == sealed
+
+
 def _left_to_seal(active: Path, final: Path) -> bool:
     """Whether ``active/<id>`` holds a sealed name the capsule does not hold byte for byte. After a close that
     renamed its candidate into place nothing is left (same filesystem: released; another: equal copies);
@@ -416,13 +452,22 @@ def close_run(root: Path, run_id: str, *, log: Callable[[str], None] = lambda li
     final = root / "export" / run_id
     if not active.is_dir() or active.is_symlink():
         raise CloseError(f"close {run_id}: {active} does not exist; there is no active run to close")
-    if final.exists():
+    if os.path.lexists(final):
+        mode = os.lstat(final).st_mode
+        if not stat.S_ISDIR(mode):  # a link is never followed: one to active/ released every file of the run
+            found = "a symlink" if stat.S_ISLNK(mode) else "not a folder"
+            raise CloseError(
+                f"close {run_id}: {final} is {found} where a sealed capsule would be; nothing was sealed, "
+                f"released or removed: move it away and close again"
+            )
         # A close interrupted between its rename and the release of active/'s names, or while it copied
         # apart the files a quarantined attempt still shares, left them sharing the sealed inodes: finish
         # both now, then refuse as ever.
         _release_sealed_names(active, final, log)
         _unshare(final, log)
-        if not _left_to_seal(active, final):  # a close killed after its rename: it sealed, and passed
+        if _sealed_by_an_earlier_close(
+            active, final, run_id
+        ):  # killed after its rename: it sealed, and passed
             return CloseResult(
                 run_id, True, final, f"by an earlier close; {active} holds nothing more to seal", None
             )
@@ -437,6 +482,18 @@ def close_run(root: Path, run_id: str, *, log: Callable[[str], None] = lambda li
             f"named {', '.join(missing)}. That is the environment, not the run: nothing was sealed or "
             "quarantined; install runaudit's dependencies there (on a box: --python names the interpreter)"
         )
+    workspace = _locked_run(active, run_id)
+    try:
+        draft = _draft(active, run_id)  # read under the lock: no writer can finish in between
+        working_folder(root, "quarantine", make=False)  # refused now, before any audit, not after them
+        with _locked(root / "export"):
+            return _seal(root, run_id, draft, log)
+    finally:
+        workspace.close()
+
+
+def _locked_run(active: Path, run_id: str) -> IO[bytes]:
+    """The run's writer lock, held by this close (``.close()`` lets it go); refused while a writer holds it."""
     try:
         workspace = try_lock(active)
     except OSError as exc:
@@ -446,13 +503,7 @@ def close_run(root: Path, run_id: str, *, log: Callable[[str], None] = lambda li
             f"close {run_id}: a writer still holds {active} (the training process, or another close of it, "
             "is running); close it once that has finished"
         )
-    try:
-        draft = _draft(active, run_id)  # read under the lock: no writer can finish in between
-        working_folder(root, "quarantine", make=False)  # refused now, before any audit, not after them
-        with _locked(root / "export"):
-            return _seal(root, run_id, draft, log)
-    finally:
-        workspace.close()
+    return workspace
 
 
 def _draft(active: Path, run_id: str) -> dict[str, Any]:

@@ -439,6 +439,55 @@ def test_a_close_run_again_after_it_sealed_says_sealed_unless_the_run_changed(
     assert tree_digest(sealed) == before
 
 
+@pytest.mark.parametrize("standing", ["link-to-active", "file"])
+def test_an_export_of_the_run_that_is_no_folder_is_refused_and_nothing_is_released(
+    root: Path, capsys: pytest.CaptureFixture[str], standing: str
+) -> None:
+    """``export/<id>`` as a link to ``../active/<id>``: close released every file of the never-sealed run
+    (each "shared its inode" with itself, 412 files deleted) and said it was sealed."""
+    active, final = root / "active" / RUN_ID, root / "export" / RUN_ID
+    final.parent.mkdir(exist_ok=True)
+    if standing == "file":
+        final.write_text("x")
+    else:
+        final.symlink_to(Path("..") / "active" / RUN_ID)
+    before = tree_digest(active)
+    assert close(root) == 2
+    (line,) = refusals(capsys.readouterr().err)
+    assert ("is a symlink" if standing != "file" else "is not a folder") in line, line
+    assert tree_digest(active) == before
+
+
+def test_a_close_says_sealed_again_only_of_the_capsule_this_run_sealed(
+    root: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Once sealed, active/<id> holds no sealed name, so "nothing left to seal" held for any export/<id>: an
+    empty folder, or a new run reusing the id before its first file, was said sealed, exit 0."""
+    from runaudit.workspace import try_lock
+
+    assert close(root) == 0
+    active, final = root / "active" / RUN_ID, root / "export" / RUN_ID
+    capsys.readouterr()
+    holder = try_lock(active)  # a writer of a run that reuses the id, still training
+    assert holder is not None
+    try:
+        assert close(root) == 2
+        assert "a writer still holds" in capsys.readouterr().err
+    finally:
+        holder.close()
+    draft = (active / "run.json").read_text()
+    (active / "run.json").write_text(draft.replace("{", '{"note": "a new run",', 1))
+    assert close(root) == 2  # the draft is not the one the capsule sealed
+    assert "already sealed" in capsys.readouterr().err
+    (active / "run.json").write_text(draft)
+    assert close(root) == 0
+    capsys.readouterr()
+    final.rename(root / "sealed-elsewhere")
+    final.mkdir()  # a folder nothing sealed
+    assert close(root) == 2
+    assert "already sealed" in capsys.readouterr().err
+
+
 def test_a_fifo_in_place_of_the_writers_lock_is_one_line_not_a_hang(
     root: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
