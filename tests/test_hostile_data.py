@@ -403,6 +403,33 @@ def test_a_parquet_footer_that_aborts_pyarrow_s_metadata_is_an_unreadable_table(
     assert done.stdout.rstrip().endswith("SCANNED False"), done.stdout
 
 
+def test_a_contract_column_that_is_also_a_path_into_a_nested_column_is_refused_unread(tmp_path: Path) -> None:
+    """pyarrow's file reader takes ``m.acc`` to name struct ``m``'s field ``acc`` too: a run's own struct
+    of dictionary strings was decoded beside the contract column, uncounted (a 5 KB file peaked at 4.6 GB)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from runaudit.reader import Unavailable, read_bounded_table, read_footer
+
+    table = pa.table(
+        {
+            "sample_id": ["a", "b"],
+            "m.acc": [1.0, 0.0],
+            "m": pa.array([{"acc": "x" * 1000}, {"acc": "x" * 1000}]),
+        }
+    )
+    path = tmp_path / "results.parquet"
+    pq.write_table(table, path)
+    opened = lambda: path.open("rb")  # noqa: E731
+    footer = read_footer(opened, "results.parquet", "capsule.results_table")
+    with pytest.raises(
+        Unavailable, match=r"names a column 'm\.acc' that is also a path into its nested column 'm'"
+    ):
+        read_bounded_table(opened, "results.parquet", "capsule.results_table", footer, ["sample_id", "m.acc"])
+    plain = read_bounded_table(opened, "results.parquet", "capsule.results_table", footer, ["sample_id"])
+    assert plain.column_names == ["sample_id"]
+
+
 def test_the_footer_reader_agrees_with_pyarrow_and_refuses_what_it_cannot_follow(tmp_path: Path) -> None:
     """The column chunks read from the footer's Thrift bytes are pyarrow's own, for flat, list and string
     columns over many row groups; a cut, unframed, oversized or endlessly nested footer is a FooterError."""
