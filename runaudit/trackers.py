@@ -66,6 +66,10 @@ class TrackerRun:
     torn: list[str] = field(default_factory=list)
     # a W&B run's summary as its runs table shows it once every update is applied: "a.b" -> a number
     summary: dict[str, float] = field(default_factory=dict)
+    # hyperparameter -> values a later record replaced (a resumed session's config): each is held too
+    replaced: dict[str, list[Any]] = field(default_factory=dict)
+    # W&B log -> the run its run record names ("entity/project/id"): sessions merged by id must agree
+    identities: dict[str, str] = field(default_factory=dict)
     # tag -> step -> a point dropped by preemption, until a later point at its step is held against it
     preempted: dict[str, dict[int, float]] = field(default_factory=dict)
 
@@ -155,8 +159,13 @@ def tracker_folders(capsule: Path) -> dict[str, tuple[str, ...]]:
         if run_entry.is_dir(follow_symlinks=False):
             for entry in _entries(Path(run_entry.path), capsule):
                 if is_wandb_log(entry.name) and entry.is_file(follow_symlinks=False):
-                    # A run resumed under its id (resume="allow") logs to a folder per session, one W&B run
-                    run = first.setdefault(entry.name, Path(run_entry.path).relative_to(capsule).as_posix())
+                    folder = Path(run_entry.path).relative_to(capsule).as_posix()
+                    # A run resumed under its id (resume="allow") logs to a folder per session,
+                    # offline-run-<stamp>-<id>: one W&B run (whose run records must then agree)
+                    named = run_entry.name.endswith(
+                        f"-{entry.name.removeprefix('run-').removesuffix('.wandb')}"
+                    )
+                    run = first.setdefault(entry.name, folder) if named else folder
                     _found(found, run, Path(entry.path).relative_to(capsule).as_posix())
     return {name: tuple(sorted(files)) for name, files in sorted(found.items())}
 
@@ -368,6 +377,10 @@ def _hparam(run: TrackerRun, key: str, value: Any, rel: str) -> None:
     """Record one hyperparameter, a new one refused past :data:`TAGS_CAP`."""
     if key not in run.hparams and len(run.hparams) == TAGS_CAP:
         raise TrackerUnreadable(f"{rel} records more than {TAGS_CAP} hyperparameters, past the cap")
+    if key in run.hparams and not _stated_alike(run.hparams[key], value):
+        earlier = run.replaced.setdefault(key, [])
+        if len(earlier) < SHOWN:
+            earlier.append(run.hparams[key])
     run.hparams[key] = value
 
 
@@ -518,6 +531,9 @@ def _read_wandb(capsule: Path, name: str, files: Iterable[str], budget: ReadBudg
                             ):
                                 run.log(name, int(step), float(number), rel)
                 elif kind in ("config", "run"):
+                    if kind == "run":
+                        named = record.run
+                        run.identities.setdefault(rel, f"{named.entity}/{named.project}/{named.run_id}")
                     updates = record.config.update if kind == "config" else record.run.config.update
                     budget.spend(rel, 1 + len(updates), WANDB)
                     for item in updates:
@@ -628,7 +644,7 @@ def scalar_findings(run: TrackerRun, history: History) -> tuple[list[str], list[
     alone (its column keys, steps, epochs, a column's points in order) is built once, not per tag, and a
     tag costs its own points, not train.csv's rows: a W&B log of 1M tags ending in train_loss rebuilt and
     compared all of train.csv per tag (50 s)."""
-    findings = rewrite_findings(run)
+    findings = rewrite_findings(run) + identity_findings(run)
     matched: list[str] = []
     known = column_keys(history.columns)
     axes = {
@@ -678,6 +694,16 @@ def scalar_findings(run: TrackerRun, history: History) -> tuple[list[str], list[
     return findings, matched
 
 
+def identity_findings(run: TrackerRun) -> list[str]:
+    """Sessions merged under one W&B run id whose run records name different runs (W&B ids are unique per
+    project only: another project's log in a folder of the same id)."""
+    named = sorted(set(run.identities.values()))
+    if len(named) < 2:
+        return []
+    shown = "; ".join(f"{rel}: {who}" for rel, who in sorted(run.identities.items())[:SHOWN])
+    return [f"{run.name}: its logs are {len(named)} different W&B runs under one id ({shown})"]
+
+
 def rewrite_findings(run: TrackerRun) -> list[str]:
     """Tags the run logs twice at one step with different values, any tag, a train.csv column or not: a log
     holding a crashed attempt's series and then the run's own draws both, and agrees with one at most."""
@@ -722,18 +748,21 @@ def config_findings(run: TrackerRun, config: Mapping[str, Any] | None) -> list[s
         if len(keys) != 1:
             continue
         stated = flat[keys[0]]
-        same = (
-            _same_number(value, stated)
-            if isinstance(value, (int, float))
-            and isinstance(stated, (int, float))
-            and not isinstance(stated, bool)
-            else str(value).lower() == str(stated).lower()
-        )
-        if not same:
-            findings.append(
-                f"{run.name}: hyperparameter {name} = {value!r} in the tracker, config.yaml {keys[0]} = {stated!r}"
-            )
+        for held in [*run.replaced.get(name, []), value]:  # a value replaced later was the run's too
+            if not _stated_alike(held, stated):
+                findings.append(
+                    f"{run.name}: hyperparameter {name} = {held!r} in the tracker, config.yaml {keys[0]} = "
+                    f"{stated!r}" + (" (until a later record replaced it)" if held is not value else "")
+                )
     return findings
+
+
+def _stated_alike(value: Any, stated: Any) -> bool:
+    """A tracker's hyperparameter and a stated one agree: numbers as :func:`_same_number`, else as text."""
+    numbers = (int, float)
+    if isinstance(value, numbers) and isinstance(stated, numbers) and not isinstance(stated, bool):
+        return _same_number(value, stated)
+    return str(value).lower() == str(stated).lower()
 
 
 DIRECTIONS = {"higher": "max", "lower": "min"}

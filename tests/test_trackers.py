@@ -204,9 +204,9 @@ def test_a_wandb_summary_shows_only_what_train_csv_gives(tmp_path: Path) -> None
 
 RESUMED_SCRIPT = """
 import sys, wandb
-chart = wandb.init(project="t", dir=sys.argv[1], mode="offline", id="resumed1", resume="allow",
-                   settings=wandb.Settings(silent=True, console="off"))
-for point in sys.argv[2:]:
+chart = wandb.init(project=sys.argv[2], dir=sys.argv[1], mode="offline", id="resumed1", resume="allow",
+                   config={"lr": float(sys.argv[3])}, settings=wandb.Settings(silent=True, console="off"))
+for point in sys.argv[4:]:
     step, value = point.split("=")
     chart.log({"val_accuracy": float(value)}, step=int(step))
 chart.finish()
@@ -216,22 +216,43 @@ chart.finish()
 def test_a_wandb_run_resumed_under_its_id_is_one_run_of_its_sessions(tmp_path: Path) -> None:
     """A run resumed with ``wandb.init(id=..., resume="allow")`` logs each session to an offline folder of its
     own: two folders of one W&B run were two tracker runs, disclosed as "two tracker runs for one capsule".
-    One run now, its sessions read in order; a step the second logs again with another value is said."""
-    from runaudit.trackers import read_run, tracker_folders
+    One run now, its sessions read in order; a step the second logs again with another value is said, and
+    so is a hyperparameter the second session replaced (it held the first session's value too)."""
+    from runaudit.trackers import config_findings, identity_findings, read_run, tracker_folders
 
-    for points in (("10=0.5", "20=0.6"), ("20=0.65", "30=0.7")):  # resumed after its checkpoint at step 10
+    def session(project: str, lr: str, *points: str) -> None:
         subprocess.run(
-            [sys.executable, "-c", RESUMED_SCRIPT, str(tmp_path / "trackers"), *points],
+            [sys.executable, "-c", RESUMED_SCRIPT, str(tmp_path / "trackers"), project, lr, *points],
             check=True,
             timeout=300,
         )
         time.sleep(1.1)  # the folder's name holds the session's start to the second
+
+    session("t", "0.1", "10=0.5", "20=0.6")
+    session("t", "0.01", "20=0.65", "30=0.7")  # resumed after its checkpoint at step 10
     ((name, files),) = tracker_folders(tmp_path).items()
     assert len(files) == 2 and [Path(rel).name for rel in files] == ["run-resumed1.wandb"] * 2
     assert name == Path(files[0]).parent.as_posix()  # the first session's folder names the run
     run = read_run(tmp_path, name, files)
     assert run.scalars == {"val_accuracy": {10: 0.5, 20: 0.65, 30: 0.7}}
     assert run.rewritten["val_accuracy"].first == [(20, 0.6, 0.65)]
+    (line,) = config_findings(run, {"lr": 0.01})
+    assert "hyperparameter lr = 0.1 in the tracker, config.yaml lr = 0.01 (until a later record" in line
+    assert identity_findings(run) == []
+
+    # W&B ids are unique per project only: another project's run of the same id, in a folder that sorts
+    # first, is one of the run's sessions by its name, and said to be another run by its run record.
+    session("other", "0.01", "10=0.9")
+    *_, other = sorted((tmp_path / "trackers" / "wandb").iterdir())
+    other.rename(other.with_name("offline-run-20000101_000000-resumed1"))
+    ((name, files),) = tracker_folders(tmp_path).items()
+    assert name.endswith("offline-run-20000101_000000-resumed1") and len(files) == 3
+    run = read_run(tmp_path, name, files)
+    (line,) = identity_findings(run)
+    assert "its logs are 2 different W&B runs under one id" in line and "/other/resumed1" in line
+    wandb_folder = tmp_path / "trackers" / "wandb"
+    (wandb_folder / "offline-run-20000101_000000-resumed1").rename(wandb_folder / "copied-log")
+    assert len(tracker_folders(tmp_path)) == 2  # a folder not named for the id is a run of its own
 
 
 def test_a_wandb_summary_kept_in_the_wrong_direction_is_named(tmp_path: Path) -> None:
