@@ -83,3 +83,9 @@ def _os_error(exc: OSError) -> str:
     return (
         f"{where}: {reason}; nothing after it was done" if where else f"{reason}; nothing after it was done"
     )
+
+
+if (
+    __name__ == "__main__"
+):  # ``python -m runaudit.cli`` did nothing and exited 0; it runs as ``python -m runaudit``
+    raise SystemExit(main())

@@ -620,11 +620,13 @@ def test_transformers_misconfigured_selection_is_one_line_and_writes_no_capsule(
 
     # One checkpoint kept: the Trainer deletes the one a resume needs before the capsule commits the next
     # (a kill in between left the run unsealable for good); refused before any step.
-    trainer, _, _ = _hf_trainer(tmp_path, tmp_path / "kept-one", save_total_limit=1)
-    with pytest.raises(WriterError) as caught:
-        trainer.train()
-    assert "save_total_limit is 1" in _one_line(caught.value)
-    assert not (tmp_path / "kept-one" / "active" / HF_RUN).exists()
+    # With metric_for_best_model the best checkpoint keeps a place of its own: two are too few.
+    for kept in (1, 2):
+        trainer, _, _ = _hf_trainer(tmp_path, tmp_path / f"kept-{kept}", save_total_limit=kept)
+        with pytest.raises(WriterError) as caught:
+            trainer.train()
+        assert f"save_total_limit is {kept}" in _one_line(caught.value) and ">= 3" in _one_line(caught.value)
+        assert not (tmp_path / f"kept-{kept}" / "active" / HF_RUN).exists()
 
 
 # -- without the frameworks -------------------------------------------------------------------------------

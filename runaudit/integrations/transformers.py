@@ -35,8 +35,9 @@ What it reads from the Trainer, and what it writes:
 Resume is the Trainer's: ``trainer.train(resume_from_checkpoint=True)`` restores model, optimizer,
 scheduler and RNG from ``output_dir/checkpoint-<step>``; the callback reopens the run, and refuses a
 resume whose step is not its own last checkpoint's (it names the folder to resume from). Keep the two
-newest checkpoints (``save_total_limit`` of None or >= 2; less is refused): the Trainer deletes older
-ones before the callback commits the newest, so a process killed in between needs the one before it.
+newest checkpoints (``save_total_limit`` of None, 0 or >= 2, >= 3 where ``metric_for_best_model`` tracks
+a best checkpoint; less is refused): the Trainer deletes older ones before the callback commits the
+newest, so a process killed in between needs the one before it.
 
 After ``train()``, :func:`score_test` scores the test on the capsule's ``best`` weights through
 ``trainer.predict`` and finishes, or seals, the run.
@@ -131,10 +132,15 @@ class CapsuleCallback(TrainerCallback):
                 f"run {self.run_id}: runaudit's Trainer callback writes from one process; world_size is "
                 f"{args.world_size}"
             )
-        if args.save_total_limit is not None and args.save_total_limit < 2:
+        # The Trainer rotates checkpoints before on_save: the one before the newest is what a process killed
+        # in between resumes from, and a tracked best checkpoint takes one more place.
+        needed = 3 if args.metric_for_best_model or args.load_best_model_at_end else 2
+        if args.save_total_limit is not None and 0 < args.save_total_limit < needed:
             raise WriterError(
                 f"run {self.run_id}: save_total_limit is {args.save_total_limit}; the Trainer deletes the "
-                "checkpoint a resume needs before the capsule commits the newest, so keep None or >= 2"
+                "checkpoint a resume needs before the capsule commits the newest, so keep None, 0 or "
+                f">= {needed}"
+                + (" (a tracked best checkpoint keeps a place of its own)" if needed == 3 else "")
             )
         options = dict(self.options)
         if "epochs" not in options:
