@@ -617,3 +617,16 @@ def test_the_file_count_stops_past_the_cap_and_counts_run_json(
     (tmp_path / "test" / "a" / "w").touch()
     (tmp_path / "test" / "a" / "v").touch()
     assert closing._too_many_files(tmp_path, ["best.pth", "test"]) == 7
+
+
+@pytest.mark.parametrize("module", ["runaudit", "runaudit.cli"])
+def test_either_module_form_runs_the_verb(tmp_path: Path, module: str) -> None:
+    """``python -m runaudit.cli close ...`` did nothing and exited 0: a script that used it "closed" nothing."""
+    done = subprocess.run(
+        [sys.executable, "-m", module, "close", RUN_ID, "--root", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 2 and "there is no active run to close" in done.stderr, done
