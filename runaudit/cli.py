@@ -85,7 +85,6 @@ def _os_error(exc: OSError) -> str:
     )
 
 
-if (
-    __name__ == "__main__"
-):  # ``python -m runaudit.cli`` did nothing and exited 0; it runs as ``python -m runaudit``
+# ``python -m runaudit.cli`` did nothing and exited 0; it runs the verb as ``python -m runaudit`` does
+if __name__ == "__main__":
     raise SystemExit(main())
