@@ -159,13 +159,13 @@ def tracker_folders(capsule: Path) -> dict[str, tuple[str, ...]]:
         if run_entry.is_dir(follow_symlinks=False):
             for entry in _entries(Path(run_entry.path), capsule):
                 if is_wandb_log(entry.name) and entry.is_file(follow_symlinks=False):
-                    folder = Path(run_entry.path).relative_to(capsule).as_posix()
+                    session = Path(run_entry.path).relative_to(capsule).as_posix()
                     # A run resumed under its id (resume="allow") logs to a folder per session,
                     # offline-run-<stamp>-<id>: one W&B run (whose run records must then agree)
                     named = run_entry.name.endswith(
                         f"-{entry.name.removeprefix('run-').removesuffix('.wandb')}"
                     )
-                    run = first.setdefault(entry.name, folder) if named else folder
+                    run = first.setdefault(entry.name, session) if named else session
                     _found(found, run, Path(entry.path).relative_to(capsule).as_posix())
     return {name: tuple(sorted(files)) for name, files in sorted(found.items())}
 
