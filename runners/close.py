@@ -280,7 +280,9 @@ def _release_sealed_names(active: Path, final: Path, log: Callable[[str], None])
     file it names). The bytes stay in ``export/<id>``; ``latest.pth`` and everything unsealed stay put. The
     run is sealed already: a name that cannot be released is said, never raised."""
     released, kept = 0, []
-    for sealed in sorted(final.rglob("*"), reverse=True):  # files before the folders that hold them
+    names = [final / name for name in SEALED_ENTRIES if os.path.lexists(final / name)]
+    below = [path for name in names if name.is_dir() and not name.is_symlink() for path in name.rglob("*")]
+    for sealed in sorted([*names, *below], reverse=True):  # files before the folders that hold them
         twin = active / sealed.relative_to(final)
         try:
             if sealed.is_dir() and not sealed.is_symlink():
@@ -333,20 +335,40 @@ def _unshare(final: Path, log: Callable[[str], None]) -> None:
         )
 
 
-def _sealed_by_an_earlier_close(active: Path, final: Path, run_id: str) -> bool:
-    """Whether ``export/<id>`` is what closing ``active/<id>`` as it stands seals: no writer holds the run,
-    the sealed run.json is its draft as a close seals it, and active/ holds no sealed name the capsule does
-    not hold byte for byte. A run that reuses the id, or went on after its seal, is none of these."""
-    workspace = _locked_run(active, run_id)
+def _one_folder(active: Path, final: Path) -> bool:
+    """Whether ``export/<id>`` and ``active/<id>`` are one folder, or one holds the other (links on the way)."""
+    with contextlib.suppress(OSError):
+        if os.path.samefile(active, final):
+            return True
+    mine, theirs = active.resolve(), final.resolve()
+    return mine == theirs or mine in theirs.parents or theirs in mine.parents
+
+
+def _sealed_by_an_earlier_close(root: Path, active: Path, final: Path, run_id: str) -> bool:
+    """Whether ``export/<id>`` is what closing ``active/<id>`` as it stands seals (its writer lock held by the
+    caller): the sealed run.json is its draft as a close seals it, and active/ holds no sealed name the
+    capsule does not hold byte for byte. A run that reuses the id, or went on after its seal, is none of
+    these. The capsule is then audited again: one changed since its seal is refused, never said sealed."""
+    draft = _draft(active, run_id)
     try:
-        draft = _draft(active, run_id)
-        try:
-            sealed = load_json(read_regular(final / "run.json", JSON_CAP))
-        except (OSError, ValueError):
-            return False
-        return _seal_of(draft, sealed) and not _left_to_seal(active, final)
-    finally:
-        workspace.close()
+        sealed = load_json(read_regular(final / "run.json", JSON_CAP))
+    except (OSError, ValueError):
+        return False
+    if not _seal_of(draft, sealed) or _left_to_seal(active, final):
+        return False
+    report, output = run_suites([final], root, modules=CLOSURE_GATES, args=("-m", "custody"))[final]
+    said = output.strip().splitlines()
+    problems = (
+        failures(report)
+        if report is not None
+        else [f"they wrote no report ({said[-1] if said else 'no output'})"]
+    )
+    if problems:
+        raise CloseError(
+            f"close {run_id}: {final} was sealed by an earlier close, but no longer passes its closure "
+            f"audits: {problems[0]}" + (f" (and {len(problems) - 1} more)" if len(problems) > 1 else "")
+        )
+    return True
 
 
 def _seal_of(draft: dict[str, Any], sealed: Any) -> bool:
@@ -460,17 +482,24 @@ def close_run(root: Path, run_id: str, *, log: Callable[[str], None] = lambda li
                 f"close {run_id}: {final} is {found} where a sealed capsule would be; nothing was sealed, "
                 f"released or removed: move it away and close again"
             )
-        # A close interrupted between its rename and the release of active/'s names, or while it copied
-        # apart the files a quarantined attempt still shares, left them sharing the sealed inodes: finish
-        # both now, then refuse as ever.
-        _release_sealed_names(active, final, log)
-        _unshare(final, log)
-        if _sealed_by_an_earlier_close(
-            active, final, run_id
-        ):  # killed after its rename: it sealed, and passed
-            return CloseResult(
-                run_id, True, final, f"by an earlier close; {active} holds nothing more to seal", None
+        if _one_folder(active, final):  # export/ or active/ a link to the other: every file "shared" itself
+            raise CloseError(
+                f"close {run_id}: {final} and {active} are one folder (export/ and active/ lead to the same "
+                "place); nothing was sealed, released or removed: give export/ a folder of its own"
             )
+        workspace = _locked_run(active, run_id)  # before anything is released: never under a live writer
+        try:
+            # A close interrupted between its rename and the release of active/'s names, or while it copied
+            # apart the files a quarantined attempt still shares, left them sharing the sealed inodes: finish
+            # both now, then refuse as ever.
+            _release_sealed_names(active, final, log)
+            _unshare(final, log)
+            if _sealed_by_an_earlier_close(root, active, final, run_id):  # killed after its rename
+                return CloseResult(
+                    run_id, True, final, f"by an earlier close; {active} holds nothing more to seal", None
+                )
+        finally:
+            workspace.close()
         raise CloseError(
             f"close {run_id}: {final} is already sealed; a sealed capsule is never overwritten, "
             "a re-run mints a new run id"

@@ -458,6 +458,36 @@ def test_an_export_of_the_run_that_is_no_folder_is_refused_and_nothing_is_releas
     assert tree_digest(active) == before
 
 
+def test_export_and_active_that_are_one_folder_are_refused_and_nothing_is_released(
+    root: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``export/`` a link to ``active/`` (or both links to one scratch folder): export/<id> passed as a real
+    folder, every file of the run "shared its inode" with itself, and close deleted all of them."""
+    active = root / "active" / RUN_ID
+    shutil.rmtree(root / "export", ignore_errors=True)
+    (root / "export").symlink_to("active")
+    before = tree_digest(active)
+    assert close(root) == 2
+    (line,) = refusals(capsys.readouterr().err)
+    assert "are one folder" in line, line
+    assert tree_digest(active) == before
+
+
+def test_a_capsule_changed_since_its_seal_is_never_said_sealed_again(
+    root: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Close run again said "sealed by an earlier close", exit 0, over a capsule whose train.csv was edited
+    after its seal: the closure audits run again on that path, and a capsule that fails them is refused."""
+    assert close(root) == 0
+    sealed = root / "export" / RUN_ID / "train.csv"
+    sealed.chmod(0o644)
+    sealed.write_text(sealed.read_text() + "\n")  # a blank line more
+    capsys.readouterr()
+    assert close(root) == 2
+    (line,) = refusals(capsys.readouterr().err)
+    assert "no longer passes its closure audits" in line, line
+
+
 def test_a_close_says_sealed_again_only_of_the_capsule_this_run_sealed(
     root: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
