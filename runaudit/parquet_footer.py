@@ -32,6 +32,8 @@ PHYSICAL_TYPES = (
 # Thrift field ids (parquet.thrift): FileMetaData.num_rows and row_groups, RowGroup.columns and num_rows,
 # ColumnChunk.meta_data, and ColumnMetaData.type, num_values, total_uncompressed_size.
 FILE_ROWS, ROW_GROUPS, COLUMNS, GROUP_ROWS, META_DATA, TYPE, NUM_VALUES, UNCOMPRESSED = 3, 4, 1, 3, 3, 1, 5, 6
+# FileMetaData.schema (the schema tree, depth first, the root first) and SchemaElement's name and num_children.
+SCHEMA, ELEMENT_NAME, NUM_CHILDREN = 2, 4, 5
 # ColumnMetaData's total_compressed_size, data_page_offset and dictionary_page_offset; PageHeader's
 # uncompressed_page_size and compressed_page_size, and its headers of a data page and of a version 2 data
 # page, each with the page's num_values first (a dictionary page's entries are no values of the column).
@@ -64,19 +66,8 @@ def column_chunks(handle: BinaryIO) -> list[Chunk]:
     the file's rows, and no column chunk may hold fewer values than its row group has rows (a row is at
     least one value, a null or an empty list included).
     """
-    size = handle.seek(0, 2)
-    if size < 12:
-        raise FooterError(f"{size} bytes is too short for a parquet file")
-    handle.seek(size - 8)
-    tail = handle.read(8)
-    if tail[4:] != MAGIC:
-        raise FooterError("it does not end with the parquet magic PAR1 (an encrypted footer ends with PARE)")
-    length = struct.unpack("<I", tail[:4])[0]
-    if length > min(FOOTER_CAP, size - 12):
-        raise FooterError(f"its footer claims {length} bytes, past what the file or the reader's cap holds")
-    handle.seek(size - 8 - length)
-    metadata = _Reader(handle.read(length)).struct(0)
-    pages = _PageWalk(handle, size - 8 - length)
+    metadata, start = _metadata(handle)
+    pages = _PageWalk(handle, start)
     chunks = []
     grouped = 0
     for group in _field(metadata, ROW_GROUPS, list):
@@ -161,6 +152,60 @@ class _PageWalk:
                 if len(data) < window or window >= PAGE_HEADER_CAP:
                     raise
                 window *= 16
+
+
+def leaf_paths(handle: BinaryIO) -> list[tuple[str, ...]]:
+    """The path of each leaf column, from the root's children down, as the footer's schema tree declares
+    it (the tree pyarrow's readers build theirs from). Names keep their dots: ``("m.acc",)`` is a column of
+    its own, ``("m", "acc")`` the field ``acc`` of a column ``m``."""
+    metadata, _ = _metadata(handle)
+    elements = _field(metadata, SCHEMA, list)
+    if not elements:
+        raise FooterError("its schema holds no root element")
+    paths: list[tuple[str, ...]] = []
+    # (the path of a group, how many of its children are still to come), from the root down
+    open_groups = [((), _children(_as(elements[0], dict)))]
+    for element in elements[1:]:
+        while open_groups and open_groups[-1][1] == 0:
+            open_groups.pop()
+        if not open_groups:
+            raise FooterError("its schema holds more elements than its groups declare children")
+        prefix, left = open_groups.pop()
+        open_groups.append((prefix, left - 1))
+        node = _as(element, dict)
+        path = (*prefix, _field(node, ELEMENT_NAME, bytes).decode("utf-8", "replace"))
+        if len(path) > NESTING_CAP:
+            raise FooterError(f"its schema nests past {NESTING_CAP} levels")
+        if children := _children(node):
+            open_groups.append((path, children))
+        else:
+            paths.append(path)
+    if any(left for _, left in open_groups):
+        raise FooterError("its schema ends before every group's children")
+    return paths
+
+
+def _children(element: dict[int, Any]) -> int:
+    count = element.get(NUM_CHILDREN, 0)
+    if not isinstance(count, int) or isinstance(count, bool) or count < 0:
+        raise FooterError("a schema element declares a number of children that is no count")
+    return count
+
+
+def _metadata(handle: BinaryIO) -> tuple[dict[int, Any], int]:
+    """The footer's FileMetaData, parsed, and the byte it starts at."""
+    size = handle.seek(0, 2)
+    if size < 12:
+        raise FooterError(f"{size} bytes is too short for a parquet file")
+    handle.seek(size - 8)
+    tail = handle.read(8)
+    if tail[4:] != MAGIC:
+        raise FooterError("it does not end with the parquet magic PAR1 (an encrypted footer ends with PARE)")
+    length = struct.unpack("<I", tail[:4])[0]
+    if length > min(FOOTER_CAP, size - 12):
+        raise FooterError(f"its footer claims {length} bytes, past what the file or the reader's cap holds")
+    handle.seek(size - 8 - length)
+    return _Reader(handle.read(length)).struct(0), size - 8 - length
 
 
 def _field(struct_: dict[int, Any], field: int, kind: type) -> Any:
