@@ -696,12 +696,22 @@ def scalar_findings(run: TrackerRun, history: History) -> tuple[list[str], list[
 
 def identity_findings(run: TrackerRun) -> list[str]:
     """Sessions merged under one W&B run id whose run records name different runs (W&B ids are unique per
-    project only: another project's log in a folder of the same id)."""
+    project only: another project's log in a folder of the same id), or one that holds no run record."""
+    logs = [rel for rel in run.files if is_wandb_log(Path(rel).name)]
+    unnamed = [rel for rel in logs if rel not in run.identities] if len(logs) > 1 else []
+    findings = (
+        [
+            f"{run.name}: {', '.join(unnamed[:SHOWN])} hold{'s' if len(unnamed) == 1 else ''} no run record; "
+            "nothing shows it is a session of this run"
+        ]
+        if unnamed
+        else []
+    )
     named = sorted(set(run.identities.values()))
-    if len(named) < 2:
-        return []
-    shown = "; ".join(f"{rel}: {who}" for rel, who in sorted(run.identities.items())[:SHOWN])
-    return [f"{run.name}: its logs are {len(named)} different W&B runs under one id ({shown})"]
+    if len(named) > 1:
+        shown = "; ".join(f"{rel}: {who}" for rel, who in sorted(run.identities.items())[:SHOWN])
+        findings.append(f"{run.name}: its logs are {len(named)} different W&B runs under one id ({shown})")
+    return findings
 
 
 def rewrite_findings(run: TrackerRun) -> list[str]:
@@ -775,8 +785,10 @@ SUMMARY_STATISTICS = ("first", "last", "min", "max", "mean", "best")
 def summary_findings(run: TrackerRun, history: History) -> list[str]:
     """W&B summary values of a train.csv column that its series never gives: the runs table shows the run
     by its summary (``run.summary["val_accuracy"] = 0.95`` after a run that reached 0.91 put 0.95 there).
-    A plain value must be one of the column's first, last, least, greatest or mean values; one named by
-    its statistic (``val_accuracy.max``), that statistic (``best``: the least or the greatest)."""
+    A session resumed under the run's id summarises its own points only (offline, it cannot read the
+    earlier session's summary), so a statistic may be that of the column's last rows: ``min``, ``max`` and
+    ``best`` one of the column's least or greatest values from some row on, ``mean`` the mean from some
+    row on, ``first`` any value, ``last`` the last; a plain value any of these. NaN agrees with NaN."""
     findings: list[str] = []
     known = column_keys(history.columns)
     for name, shown in sorted(run.summary.items()):
@@ -786,26 +798,34 @@ def summary_findings(run: TrackerRun, history: History) -> list[str]:
         column = column_of(stem, known)
         if column is None or column in ("epoch", "step") or not history.has(column):
             continue
-        values = history.values[column][history.logged[column]]
-        values = values[np.isfinite(values)]
-        if not len(values):
-            continue
-        given = {
-            "first": float(values[0]),
-            "last": float(values[-1]),
-            "min": float(values.min()),
-            "max": float(values.max()),
-            "mean": float(values.mean()),
-        }
+        logged = history.values[column][history.logged[column]]
+        finite = logged[np.isfinite(logged)][::-1]  # from the last row back: each suffix's statistics
+        tails = np.arange(1, len(finite) + 1)
+        least, greatest = np.minimum.accumulate(finite), np.maximum.accumulate(finite)
+        means = np.cumsum(finite) / tails if len(finite) else finite
         allowed = {
-            "": given.values(),
-            "best": (given["min"], given["max"]),
-        }.get(statistic, (given.get(statistic, math.nan),))
-        if not any(_agree(shown, value) for value in allowed):
-            stated = ", ".join(f"{label} {value:.6g}" for label, value in given.items())
+            "first": logged,
+            "last": logged[-1:],
+            "min": least,
+            "max": greatest,
+            "best": np.concatenate([least, greatest]),
+            "mean": means,
+        }.get(statistic)
+        if allowed is None:
+            allowed = np.concatenate([logged, means])
+        agreed = np.isclose(allowed, shown, rtol=RELATIVE_TOLERANCE, atol=1e-12) | (
+            np.isnan(allowed) & math.isnan(shown)
+        )
+        if not agreed.any():
+            whole = (
+                f"first {logged[0]:.6g}, last {logged[-1]:.6g}, min {finite.min():.6g}, max {finite.max():.6g}, "
+                f"mean {finite.mean():.6g}"
+                if len(finite)
+                else "no finite value"
+            )
             findings.append(
                 f"{run.name}: its W&B summary shows {name} = {shown:.6g}, which train.csv's {column} never "
-                f"gives ({stated})"
+                f"gives, whole or from any row on ({whole})"
             )
             if len(findings) == SHOWN:
                 break

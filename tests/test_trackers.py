@@ -5,6 +5,7 @@ directory produces: an earlier run's events sealed beside the run's own."""
 
 from __future__ import annotations
 
+import math
 import shutil
 import subprocess
 import sys
@@ -200,6 +201,37 @@ def test_a_wandb_summary_shows_only_what_train_csv_gives(tmp_path: Path) -> None
             assert run.summary == {"val_accuracy": 0.95}
             (line,) = summary_findings(run, history)
             assert "shows val_accuracy = 0.95" in line and "last 0.7" in line, line
+
+
+def test_a_merged_session_without_a_run_record_is_said() -> None:
+    """A log whose run record was removed (another project's run under the same id) merged unseen: only
+    logs whose records name different runs were said."""
+    from runaudit.trackers import identity_findings
+
+    files = ("trackers/wandb/offline-run-1-x/run-x.wandb", "trackers/wandb/offline-run-2-x/run-x.wandb")
+    run = TrackerRun("trackers/wandb/offline-run-1-x", files, identities={files[1]: "/digits/x"})
+    (line,) = identity_findings(run)
+    assert f"{files[0]} holds no run record" in line
+    assert identity_findings(TrackerRun("trackers/wandb/offline-run-1-x", files[:1])) == []
+
+
+def test_a_resumed_session_s_summary_of_its_own_rows_is_no_finding() -> None:
+    """A session resumed under the run's id summarises its own points only: ``val_loss.min`` 0.35 over
+    epochs 4-5 was said to be a value train.csv "never gives" (its least is 0.3, at epoch 2). A NaN last
+    loss and its NaN summary agree."""
+    from runaudit.trackers import summary_findings
+
+    rows = [["1", "10", "0.5", "1.0"], ["2", "20", "0.3", "0.8"], ["3", "30", "0.4", "0.7"]]
+    rows += [["4", "40", "0.35", "0.6"], ["5", "50", "0.36", "nan"]]
+    history = parse_history(["epoch", "step", "val_loss", "train_loss"], rows)
+    resumed = {"val_loss.min": 0.35, "val_loss.mean": (0.35 + 0.36) / 2, "train_loss": math.nan}
+    run = TrackerRun("trackers/wandb/offline-run-x", (), summary=resumed)
+    assert summary_findings(run, history) == []
+    run = TrackerRun("trackers/wandb/offline-run-x", (), summary={"val_loss.min": 0.32, "train_loss": 0.55})
+    found = summary_findings(run, history)
+    assert [line.split(" = ")[0].rsplit(" ", 1)[-1] for line in found] == ["train_loss", "val_loss.min"], (
+        found
+    )
 
 
 RESUMED_SCRIPT = """
