@@ -164,7 +164,7 @@ def leaf_paths(handle: BinaryIO) -> list[tuple[str, ...]]:
         raise FooterError("its schema holds no root element")
     paths: list[tuple[str, ...]] = []
     # (the path of a group, how many of its children are still to come), from the root down
-    open_groups = [((), _children(_as(elements[0], dict)))]
+    open_groups: list[tuple[tuple[str, ...], int]] = [((), _children(_as(elements[0], dict)))]
     for element in elements[1:]:
         while open_groups and open_groups[-1][1] == 0:
             open_groups.pop()
