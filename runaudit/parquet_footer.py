@@ -4,7 +4,8 @@ pyarrow builds a column chunk's metadata object on request (``RowGroupMetaData.c
 there; a footer whose size statistics hold a level histogram of the wrong length makes that constructor
 throw a C++ exception that nothing converts, and the process aborts: no verdict, no report, from a
 one-byte change to a results table. The reading paths (``read_table``) raise an ordinary error on the same
-file. So the sizes the readers' memory bound needs are read here, from the footer as written
+file. So the sizes the readers' memory bound needs, and the leaf columns' paths a reader selects columns
+by, are read here, from the footer as written
 (FileMetaData in Thrift's compact protocol, parquet-format's ``parquet.thrift``), and anything malformed
 is a :class:`FooterError`, never a crash.
 """
@@ -57,8 +58,22 @@ class Chunk:
     total_uncompressed_size: int
 
 
+def footer_columns(handle: BinaryIO) -> tuple[list[Chunk], list[tuple[str, ...]]]:
+    """:func:`column_chunks` and the path of each leaf column (:func:`_leaf_paths`), from one parse of the
+    footer of the seekable parquet file ``handle``."""
+    metadata, start = _metadata(handle)
+    return _chunks(metadata, handle, start), _leaf_paths(metadata)
+
+
 def column_chunks(handle: BinaryIO) -> list[Chunk]:
-    """Every column chunk the footer of the seekable parquet file ``handle`` declares, row group by row group.
+    """Every column chunk the footer of the seekable parquet file ``handle`` declares (:func:`_chunks`)."""
+    metadata, start = _metadata(handle)
+    return _chunks(metadata, handle, start)
+
+
+def _chunks(metadata: dict[int, Any], handle: BinaryIO, start: int) -> list[Chunk]:
+    """Every column chunk the footer ``metadata`` (at byte ``start`` of ``handle``) declares, row group by
+    row group.
 
     The counts a memory bound rests on must agree with the one a reader decodes by, each row group's own
     ``num_rows``: a 2 KB file whose footer said 718 rows, and 718 values in each column chunk, held one
@@ -66,7 +81,6 @@ def column_chunks(handle: BinaryIO) -> list[Chunk]:
     the file's rows, and no column chunk may hold fewer values than its row group has rows (a row is at
     least one value, a null or an empty list included).
     """
-    metadata, start = _metadata(handle)
     pages = _PageWalk(handle, start)
     chunks = []
     grouped = 0
@@ -154,11 +168,10 @@ class _PageWalk:
                 window *= 16
 
 
-def leaf_paths(handle: BinaryIO) -> list[tuple[str, ...]]:
+def _leaf_paths(metadata: dict[int, Any]) -> list[tuple[str, ...]]:
     """The path of each leaf column, from the root's children down, as the footer's schema tree declares
     it (the tree pyarrow's readers build theirs from). Names keep their dots: ``("m.acc",)`` is a column of
     its own, ``("m", "acc")`` the field ``acc`` of a column ``m``."""
-    metadata, _ = _metadata(handle)
     elements = _field(metadata, SCHEMA, list)
     if not elements:
         raise FooterError("its schema holds no root element")
