@@ -53,10 +53,11 @@ class Rewrites:
 
 @dataclass(frozen=True)
 class TrackerRun:
-    """One TensorBoard run: a folder under trackers/tensorboard/ and the event files below it."""
+    """One tracker run: a TensorBoard run's folder under trackers/tensorboard/ and the event files below it,
+    or a W&B run's offline folder (with those of the sessions resumed under its id) and its logs."""
 
     name: str  # the folder's path inside the capsule
-    files: tuple[str, ...]  # event files, relative to the capsule, in name order (TensorBoard's load order)
+    files: tuple[str, ...]  # log files, relative to the capsule, in name order (the order they are read)
     scalars: dict[str, dict[int, float]] = field(default_factory=dict)  # tag -> step -> last value logged
     hparams: dict[str, Any] = field(default_factory=dict)
     goals: dict[str, str] = field(default_factory=dict)  # W&B define_metric(summary=...): "max" or "min"
