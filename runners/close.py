@@ -356,6 +356,7 @@ def _sealed_by_an_earlier_close(root: Path, active: Path, final: Path, run_id: s
         return False
     if not _seal_of(draft, sealed) or _left_to_seal(active, final):
         return False
+    _require_gate_modules(final, run_id)  # active/ no longer holds the sealed checkpoints
     report, output = run_suites([final], root, modules=CLOSURE_GATES, args=("-m", "custody"))[final]
     said = output.strip().splitlines()
     problems = (
@@ -504,13 +505,7 @@ def close_run(root: Path, run_id: str, *, log: Callable[[str], None] = lambda li
             f"close {run_id}: {final} is already sealed; a sealed capsule is never overwritten, "
             "a re-run mints a new run id"
         )
-    missing = missing_gate_modules(active)
-    if missing:
-        raise CloseError(
-            f"close {run_id}: this interpreter ({sys.executable}) cannot run the closure audits: no module "
-            f"named {', '.join(missing)}. That is the environment, not the run: nothing was sealed or "
-            "quarantined; install runaudit's dependencies there (on a box: --python names the interpreter)"
-        )
+    _require_gate_modules(active, run_id)
     workspace = _locked_run(active, run_id)
     try:
         draft = _draft(active, run_id)  # read under the lock: no writer can finish in between
@@ -519,6 +514,17 @@ def close_run(root: Path, run_id: str, *, log: Callable[[str], None] = lambda li
             return _seal(root, run_id, draft, log)
     finally:
         workspace.close()
+
+
+def _require_gate_modules(folder: Path, run_id: str) -> None:
+    """Refuse, in one line, an interpreter that cannot run the closure audits of what ``folder`` holds."""
+    missing = missing_gate_modules(folder)
+    if missing:
+        raise CloseError(
+            f"close {run_id}: this interpreter ({sys.executable}) cannot run the closure audits: no module "
+            f"named {', '.join(missing)}. That is the environment, not the run: nothing was sealed or "
+            "quarantined; install runaudit's dependencies there (on a box: --python names the interpreter)"
+        )
 
 
 def _locked_run(active: Path, run_id: str) -> IO[bytes]:
