@@ -20,7 +20,7 @@ import shutil
 import stat
 import sys
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from itertools import islice
@@ -278,31 +278,71 @@ def _release_sealed_names(active: Path, final: Path, log: Callable[[str], None])
     """Unlink from ``active/<id>`` every sealed name that still shares its inode with the capsule, so that the
     workspace can never rewrite a sealed byte (a ``torch.save`` over ``active/<id>/best.pth`` truncates the
     file it names). The bytes stay in ``export/<id>``; ``latest.pth`` and everything unsealed stay put. The
-    run is sealed already: a name that cannot be released is said, never raised."""
-    released, kept = 0, []
-    names = [final / name for name in SEALED_ENTRIES if os.path.lexists(final / name)]
-    below = [path for name in names if name.is_dir() and not name.is_symlink() for path in name.rglob("*")]
-    for sealed in sorted([*names, *below], reverse=True):  # files before the folders that hold them
-        twin = active / sealed.relative_to(final)
-        try:
-            if sealed.is_dir() and not sealed.is_symlink():
-                if twin.is_dir() and not twin.is_symlink() and not any(twin.iterdir()):
-                    twin.rmdir()
-                continue
-            mine, theirs = sealed.lstat(), twin.lstat()
-            if (mine.st_dev, mine.st_ino) == (theirs.st_dev, theirs.st_ino):
-                twin.unlink()
-                released += 1
-        except FileNotFoundError:
-            continue
-        except OSError as exc:
-            kept.append(f"{twin} ({exc.strerror})")
+    run is sealed already: a name that cannot be released is said, never raised.
+
+    Both trees are walked through descriptors of the folders themselves, opened once: a path swapped for a
+    link to ``active/<id>`` after close checked it (export/ or export/<id>) would make every file "share its
+    inode" with itself, and each was deleted. Two descriptors of one folder release nothing.
+    """
+    kept: list[str] = []
+    try:
+        with _folder(active) as mine, _folder(final) as theirs:
+            if _same_file(os.fstat(mine), os.fstat(theirs)):
+                log(f"close {final.name}: {final} is {active} (a link on the way); released nothing")
+                return
+            released = _release_below(mine, theirs, SEALED_ENTRIES, active, kept)
+    except OSError as exc:
+        log(f"close {final.name}: released nothing from {active} ({_one_line(exc)}); they still share bytes")
+        return
     if released:
         log(f"close {final.name}: {released} sealed file(s) left {active}; they live on only in {final}")
     if kept:
         log(
             f"close {final.name}: could not release {len(kept)} name(s), e.g. {kept[0]}; they still share bytes"
         )
+
+
+@contextmanager
+def _folder(path: Path | str, *, within: int | None = None) -> Iterator[int]:
+    """A descriptor of the folder ``path`` names (relative to ``within``), never of a link's target."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=within)
+    try:
+        yield fd
+    finally:
+        os.close(fd)
+
+
+def _release_below(mine: int, theirs: int, names: Iterable[str], where: Path, kept: list[str]) -> int:
+    """Release ``names`` of folder ``mine`` that are the same file as ``theirs``'s, folders depth first;
+    how many files were released. ``where`` names ``mine`` in messages."""
+    if _same_file(os.fstat(mine), os.fstat(theirs)):  # swapped in between a folder's stat and its open
+        kept.append(f"{where} (the capsule's own folder)")
+        return 0
+    released = 0
+    for name in names:
+        try:
+            sealed = os.stat(name, dir_fd=theirs, follow_symlinks=False)
+            twin = os.stat(name, dir_fd=mine, follow_symlinks=False)
+            if _same_file(sealed, twin):  # one folder (a bind mount) or one file: released only as a file
+                if not stat.S_ISDIR(sealed.st_mode):
+                    os.unlink(name, dir_fd=mine)
+                    released += 1
+            elif stat.S_ISDIR(sealed.st_mode) and stat.S_ISDIR(twin.st_mode):
+                with _folder(name, within=mine) as below_mine, _folder(name, within=theirs) as below_theirs:
+                    released += _release_below(
+                        below_mine, below_theirs, sorted(os.listdir(below_theirs)), where / name, kept
+                    )
+                with contextlib.suppress(OSError):  # emptied, or holding what the workspace still has
+                    os.rmdir(name, dir_fd=mine)
+        except FileNotFoundError:
+            continue
+        except OSError as exc:
+            kept.append(f"{where / name} ({exc.strerror})")
+    return released
+
+
+def _same_file(one: os.stat_result, other: os.stat_result) -> bool:
+    return (one.st_dev, one.st_ino) == (other.st_dev, other.st_ino)
 
 
 def _unshare(final: Path, log: Callable[[str], None]) -> None:
