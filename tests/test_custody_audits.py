@@ -10,6 +10,7 @@ import json
 import math
 import os
 import shutil
+import struct
 import zipfile
 from collections.abc import Callable
 from pathlib import Path
@@ -380,6 +381,47 @@ def test_truncated_zip_checkpoint_fails_safe_load(run_audits, capsule_dir: Path,
     )
     outcome = run_audits(capsule_dir, project, "-k", "checkpoint")
     assert _failed(outcome, "checkpoint.") == {"checkpoint.safe_load"}
+
+
+def _flip_a_bit_of_a_storage(path: Path) -> None:
+    """Flip the lowest bit of the first byte of ``path``'s first tensor record: a finite float stays finite."""
+    with zipfile.ZipFile(path) as archive:
+        info = next(i for i in archive.infolist() if "/data/" in i.filename and i.file_size >= 4)
+    data = bytearray(path.read_bytes())
+    name_length, extra_length = struct.unpack("<HH", data[info.header_offset + 26 : info.header_offset + 30])
+    data[info.header_offset + 30 + name_length + extra_length] ^= 1
+    path.write_bytes(bytes(data))
+
+
+def test_a_checkpoint_changed_after_torch_wrote_it_fails_safe_load(
+    run_audits, capsule_dir: Path, project: Path
+) -> None:
+    """One bit of a weight flipped after torch.save (a torn write, a bad disk), the file then bound as the
+    run's: torch's reader checks no CRC-32 and the value stays finite, so every checkpoint audit passed."""
+    best = capsule_dir / "best.pth"
+    _flip_a_bit_of_a_storage(best)
+    digest = hashlib.sha256(best.read_bytes()).hexdigest()
+    _edit_json(capsule_dir / "run.json", lambda run: run["checkpoints"]["best"].update(sha256=digest))
+    outcome = run_audits(capsule_dir, project, "-k", "checkpoint")
+    assert _failed(outcome, "checkpoint.") == {"checkpoint.safe_load"}
+    [item] = [i for i in outcome.find("checkpoint.safe_load") if i["subject"] == "best.pth"]
+    assert "CRC-32" in item["message"] and "\n" not in item["message"], item["message"]
+
+
+def test_a_checkpoint_saved_without_crcs_loads_and_one_with_them_is_checked(tmp_path: Path) -> None:
+    """``set_crc32_options(False)`` writes 0 for every record's CRC-32: nothing to check, never a failure."""
+    path = tmp_path / "best.pth"
+    torch.serialization.set_crc32_options(False)
+    try:
+        torch.save({"w": torch.arange(64, dtype=torch.float32)}, path)
+    finally:
+        torch.serialization.set_crc32_options(True)
+    _flip_a_bit_of_a_storage(path)
+    assert inspect(path).tensors
+    torch.save({"w": torch.arange(64, dtype=torch.float32)}, path)
+    _flip_a_bit_of_a_storage(path)
+    with pytest.raises(CheckpointRefused, match="CRC-32"):
+        inspect(path)
 
 
 def test_legacy_non_zip_checkpoint_fails_safe_load(run_audits, capsule_dir: Path, project: Path) -> None:
