@@ -353,16 +353,17 @@ def _lightning_fit(
         source_dir=tmp_path / "src",
         seal=seal,
     )
+    options = dict(trainer_options or {})
     trainer = pl.Trainer(
         max_epochs=epochs,
-        callbacks=[capsule],
+        callbacks=[capsule, *options.pop("callbacks", ())],
         logger=False,
         enable_checkpointing=False,
         enable_progress_bar=False,
         enable_model_summary=False,
         default_root_dir=tmp_path,
         accelerator="cpu",
-        **(trainer_options or {}),
+        **options,
     )
     trainer.fit(module, project.loader(rows["train"], True), project.loader(rows["val"]))
     return trainer, module, capsule, project.loader(rows["test"])
@@ -420,6 +421,30 @@ def test_lightning_records_the_batch_of_one_optimizer_step(tmp_path: Path) -> No
     )
     assert capsule.run.batch_size == 16 * 4
     release(capsule.run)
+
+
+def test_lightning_records_the_batch_an_accumulation_scheduler_holds_and_refuses_one_that_changes(
+    tmp_path: Path,
+) -> None:
+    """A GradientAccumulationScheduler sets the trainer's accumulation as each epoch starts: run.json
+    recorded the loader's batch (16) where every step saw 16 x 3, and one that changes by epoch has no one
+    batch size to record."""
+    from lightning.pytorch.callbacks import GradientAccumulationScheduler
+
+    steady = {"callbacks": [GradientAccumulationScheduler(scheduling={0: 3})]}
+    _, _, capsule, _ = _lightning_fit(
+        tmp_path, tmp_path / "steady", epochs=1, seal=False, trainer_options=steady
+    )
+    assert capsule.run.batch_size == 16 * 3
+    release(capsule.run)
+
+    changing = {"callbacks": [GradientAccumulationScheduler(scheduling={0: 2, 1: 4})]}
+    root = tmp_path / "changing"
+    with pytest.raises(WriterError) as caught:
+        _lightning_fit(tmp_path, root, epochs=2, trainer_options=changing)
+    message = _one_line(caught.value)
+    assert "GradientAccumulationScheduler" in message and "2, 4" in message, message
+    assert not (root / "active" / LIGHTNING_RUN / "latest.pth").exists()
 
 
 def test_lightning_misconfigured_selection_is_one_line_and_writes_no_capsule(tmp_path: Path) -> None:

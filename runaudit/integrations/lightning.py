@@ -13,8 +13,9 @@
     trainer.test(module, test_loader)    # scores the best checkpoint, then seals export/wine-mlp-s0
 
 The constructor takes :func:`runaudit.writer.open_run`'s keyword arguments (``epochs`` defaults to the
-trainer's ``max_epochs``; ``batch_size`` is the loader's, recorded times ``accumulate_grad_batches``) and
-these of its own: ``train_loss`` (the logged name of the training loss), ``test_id``, ``conditions``,
+trainer's ``max_epochs``; ``batch_size`` is the loader's, recorded times ``accumulate_grad_batches``, or
+times the one value a ``GradientAccumulationScheduler`` holds over the run: one that changes it by epoch is
+refused) and these of its own: ``train_loss`` (the logged name of the training loss), ``test_id``, ``conditions``,
 ``roles``, ``ground_truth``, ``selection_id``, ``render`` and ``seal``.
 
 What it expects the LightningModule to log (``self.log``) and return:
@@ -149,9 +150,33 @@ class CapsuleCallback(pl.Callback):
             options["epochs"] = trainer.max_epochs
         given = options.get("batch_size")
         if isinstance(given, int) and not isinstance(given, bool):  # anything else: open_run's one line
-            options["batch_size"] = given * trainer.accumulate_grad_batches  # what one optimizer step sees
+            options["batch_size"] = given * self._accumulation(trainer, options["epochs"])
         self._run = open_run(self.root, self.run_id, **options)
         return self._run
+
+    def _accumulation(self, trainer: pl.Trainer, epochs: Any) -> int:
+        """The batches one optimizer step accumulates over the whole run, so that run.json's batch size is
+        what one step sees. A ``GradientAccumulationScheduler`` sets the trainer's value at each epoch's start
+        (before fit it still holds the default 1, which was recorded); one whose value changes within the
+        planned epochs leaves no one batch size to record, and is refused."""
+        schedulers = [
+            callback
+            for callback in trainer.callbacks
+            if isinstance(callback, pl.callbacks.GradientAccumulationScheduler)
+        ]
+        if not schedulers:
+            return int(trainer.accumulate_grad_batches)
+        planned = range(epochs if isinstance(epochs, int) and epochs > 0 else 1)
+        factors = sorted(
+            {scheduler.get_accumulate_grad_batches(epoch) for scheduler in schedulers for epoch in planned}
+        )
+        if len(factors) != 1:
+            raise WriterError(
+                f"run {self.run_id}: a GradientAccumulationScheduler changes the batches one optimizer step "
+                f"accumulates within the run ({', '.join(map(str, factors))}), and run.json records one batch "
+                "size; keep accumulate_grad_batches fixed for a run written by this callback"
+            )
+        return int(factors[0])
 
     @property
     def _selection_column(self) -> str:
