@@ -5,7 +5,8 @@ tensor counted and scanned for NaN/inf), each in a fresh interpreter as a custod
 path imports torch and ``torch.load(weights_only=True, mmap=True)``s the archive; the safetensors path
 parses the header and reads the mapped buffer with numpy, without torch. Target (issue 15): safetensors
 >= 3x faster at 300 MiB. Also: the fixed cost of a custody session on the smallest capsule against
-``python -c "import torch"`` plus a bare pytest session (target: within 1.3x).
+``python -c "import torch"`` plus a bare pytest session (target: within 1.3x), and what the torch path's
+check of every record's CRC-32 costs.
 
     python benchmarks/bench_checkpoint_formats.py [--size-mib 300] [--repeats 5]
 """
@@ -29,6 +30,12 @@ found = inspect(Path(sys.argv[1]))
 assert found.tensors and not found.nonfinite, found
 print("torch" in sys.modules)
 """
+# The same, with the CRC-32 pass over every record left out: what checking the CRCs torch wrote costs.
+INSPECT_WITHOUT_CRC = INSPECT.replace(
+    "from runaudit.checkpoints import inspect\n",
+    "from runaudit.checkpoints import inspect\nimport runaudit.checkpoints\n"
+    "runaudit.checkpoints._record_not_as_written = lambda handle, archive: None\n",
+)
 
 
 # Every child runs as an installed harness does: pip compiled its bytecode at install, and pytest caches
@@ -74,11 +81,16 @@ def compare_formats(size_mib: int, repeats: int) -> None:
     """The checkpoint gate on ``best.pth`` (torch) against ``best.safetensors`` (numpy), same tensors."""
     with tempfile.TemporaryDirectory(prefix="runaudit-bench-formats-") as scratch:
         pth, safetensors = write_checkpoints(Path(scratch), size_mib)
-        timings: dict[str, list[float]] = {"best.pth (torch)": [], "best.safetensors": []}
+        runs = (
+            ("best.pth (torch)", INSPECT, pth),
+            ("best.pth, no CRC-32 pass", INSPECT_WITHOUT_CRC, pth),
+            ("best.safetensors", INSPECT, safetensors),
+        )
+        timings: dict[str, list[float]] = {name: [] for name, _, _ in runs}
         imported: dict[str, str] = {}
-        for _ in range(repeats):  # interleaved, so that a noisy neighbour hits both alike
-            for name, path in (("best.pth (torch)", pth), ("best.safetensors", safetensors)):
-                seconds, said = wall([sys.executable, "-c", INSPECT, str(path)])
+        for _ in range(repeats):  # interleaved, so that a noisy neighbour hits all alike
+            for name, program, path in runs:
+                seconds, said = wall([sys.executable, "-c", program, str(path)])
                 timings[name].append(seconds)
                 imported[name] = said.strip()
     medians = {name: statistics.median(values) for name, values in timings.items()}
@@ -87,6 +99,8 @@ def compare_formats(size_mib: int, repeats: int) -> None:
         print(f"  {name:<28} {seconds:8.3f}   {imported[name]}")
     ratio = medians["best.pth (torch)"] / medians["best.safetensors"]
     print(f"  safetensors vs torch path     {ratio:8.2f}x  (target >= 3x)")
+    crc = medians["best.pth (torch)"] / medians["best.pth, no CRC-32 pass"]
+    print(f"  torch path, with vs without its CRC-32 pass {crc:6.2f}x")
 
 
 def fixed_cost(repeats: int) -> None:
