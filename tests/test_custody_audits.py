@@ -408,20 +408,82 @@ def test_a_checkpoint_changed_after_torch_wrote_it_fails_safe_load(
     assert "CRC-32" in item["message"] and "\n" not in item["message"], item["message"]
 
 
-def test_a_checkpoint_saved_without_crcs_loads_and_one_with_them_is_checked(tmp_path: Path) -> None:
-    """``set_crc32_options(False)`` writes 0 for every record's CRC-32: nothing to check, never a failure."""
+def test_records_without_a_crc_load_and_those_with_one_are_checked(tmp_path: Path) -> None:
+    """torch writes a CRC-32 of 0 for every record under ``set_crc32_options(False)`` and for the storages
+    it leaves to a second pass under ``skip_data()``: nothing to check there. The attack round found the
+    second form refused as a torn write (and the first was refused as an unreadable archive before)."""
     path = tmp_path / "best.pth"
+    weights = {"w": torch.arange(64, dtype=torch.float32)}
     torch.serialization.set_crc32_options(False)
     try:
-        torch.save({"w": torch.arange(64, dtype=torch.float32)}, path)
+        torch.save(weights, path)
     finally:
         torch.serialization.set_crc32_options(True)
     _flip_a_bit_of_a_storage(path)
     assert inspect(path).tensors
-    torch.save({"w": torch.arange(64, dtype=torch.float32)}, path)
+
+    with torch.serialization.skip_data():
+        torch.save(weights, path)
+    reader = torch._C.PyTorchFileReader(str(path))
+    with path.open("r+b") as handle:  # the second pass: the storage's bytes where torch placed its record
+        handle.seek(reader.get_record_offset("data/0"))
+        handle.write(weights["w"].numpy().tobytes())
+    assert inspect(path).tensors
+
+    torch.save(weights, path)
     _flip_a_bit_of_a_storage(path)
     with pytest.raises(CheckpointRefused, match="CRC-32"):
         inspect(path)
+
+
+def _central_entries(data: bytes) -> tuple[int, list[bytes]]:
+    """Where the central directory of the zip ``data`` starts, and its entries (no ZIP64 in these files)."""
+    at = data.index(b"PK\x01\x02")
+    start, entries = at, []
+    while data.startswith(b"PK\x01\x02", at):
+        name, extra, comment = struct.unpack_from("<3H", data, at + 28)
+        entries.append(data[at : at + 46 + name + extra + comment])
+        at += 46 + name + extra + comment
+    return start, entries
+
+
+def test_a_record_listed_under_thousands_of_names_is_refused_before_its_crcs_are_read(tmp_path: Path) -> None:
+    """Attack round: the storage of a 1.3 MB checkpoint listed under 2,000 more names, each pointing at the
+    one record: the CRC-32 pass read the same bytes once per name (60,000 names over 8 MB ran for minutes)."""
+    path = tmp_path / "best.pth"
+    torch.save({"w": torch.zeros(1 << 18)}, path)
+    data = path.read_bytes()
+    start, entries = _central_entries(data)
+    storage = next(
+        entry for entry in entries if b"/data/0" in entry[46 : 46 + struct.unpack_from("<H", entry, 28)[0]]
+    )
+    prefix = zipfile.ZipFile(path).namelist()[0].split("/")[0]
+    copies = []
+    for index in range(2000):
+        name = f"{prefix}/copy/{index}".encode()
+        length = struct.unpack_from("<H", storage, 28)[0]
+        copy = bytearray(storage[:46]) + name + storage[46 + length :]
+        struct.pack_into("<H", copy, 28, len(name))
+        copies.append(bytes(copy))
+    directory = b"".join(entries) + b"".join(copies)
+    count = len(entries) + len(copies)
+    end = struct.pack("<4s4H2IH", b"PK\x05\x06", 0, 0, count, count, len(directory), start, 0)
+    path.write_bytes(data[:start] + directory + end)
+    with pytest.raises(CheckpointRefused, match="listed twice or overlap"):
+        inspect(path)
+
+
+def test_end_records_that_name_another_disk_are_one_refusal_line(tmp_path: Path) -> None:
+    """Attack round: one bit flipped in the ZIP64 locator's disk field made ``zipfile.is_zipfile`` raise,
+    and the traceback left ``inspect``."""
+    path = tmp_path / "best.pth"
+    torch.save({"w": torch.ones(12)}, path)
+    data = bytearray(path.read_bytes())
+    data[data.rindex(b"PK\x06\x07") + 4] ^= 1
+    path.write_bytes(bytes(data))
+    with pytest.raises(CheckpointRefused) as refused:
+        inspect(path)
+    assert str(refused.value).startswith("best.pth ") and "\n" not in str(refused.value)
 
 
 def test_legacy_non_zip_checkpoint_fails_safe_load(run_audits, capsule_dir: Path, project: Path) -> None:
