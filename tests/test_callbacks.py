@@ -329,6 +329,7 @@ def _lightning_fit(
     epochs: int,
     seal: bool = True,
     trainer_options: dict[str, Any] | None = None,
+    capsule_options: dict[str, Any] | None = None,
     **module_options: Any,
 ) -> tuple[Any, Any, Any, Any]:
     import lightning.pytorch as pl
@@ -352,10 +353,11 @@ def _lightning_fit(
         batch_size=16,
         source_dir=tmp_path / "src",
         seal=seal,
+        **(capsule_options or {}),
     )
     options = dict(trainer_options or {})
     trainer = pl.Trainer(
-        max_epochs=epochs,
+        max_epochs=options.pop("max_epochs", epochs),
         callbacks=[capsule, *options.pop("callbacks", ())],
         logger=False,
         enable_checkpointing=False,
@@ -445,6 +447,39 @@ def test_lightning_records_the_batch_an_accumulation_scheduler_holds_and_refuses
     message = _one_line(caught.value)
     assert "GradientAccumulationScheduler" in message and "2, 4" in message, message
     assert not (root / "active" / LIGHTNING_RUN / "latest.pth").exists()
+
+
+@pytest.mark.parametrize("epochs", ["numpy-integer", "short-of-max-epochs"])
+def test_lightning_refuses_a_schedule_that_changes_within_the_epochs_the_trainer_runs(
+    tmp_path: Path, epochs: str
+) -> None:
+    """Attack round: both recorded the loader's batch (16) for a run whose second epoch stepped on 64: a
+    numpy integer (open_run takes one) had the schedule looked at for epoch 0 only, and ``epochs=1`` under
+    ``max_epochs=2`` for the first epoch only, while the trainer runs two."""
+    import numpy as np
+    from lightning.pytorch.callbacks import GradientAccumulationScheduler
+
+    planned = np.int64(2) if epochs == "numpy-integer" else 1
+    options = {"callbacks": [GradientAccumulationScheduler(scheduling={0: 1, 1: 4})]}
+    with pytest.raises(WriterError, match="GradientAccumulationScheduler"):
+        _lightning_fit(
+            tmp_path, tmp_path / "p", epochs=2, trainer_options=options, capsule_options={"epochs": planned}
+        )
+
+
+def test_lightning_reads_a_schedule_at_its_own_epochs_under_a_step_bound(tmp_path: Path) -> None:
+    """Attack round: ``max_epochs=10**9`` with ``max_steps``, the usual way to train by steps, made the
+    callback ask the schedule about every epoch, minutes of CPU before the first step."""
+    from lightning.pytorch.callbacks import GradientAccumulationScheduler
+
+    options = {
+        "callbacks": [GradientAccumulationScheduler(scheduling={0: 2})],
+        "max_epochs": 10**9,
+        "max_steps": 2,
+    }
+    _, _, capsule, _ = _lightning_fit(tmp_path, tmp_path / "p", epochs=1, seal=False, trainer_options=options)
+    assert capsule.run.batch_size == 16 * 2
+    release(capsule.run)
 
 
 def test_lightning_misconfigured_selection_is_one_line_and_writes_no_capsule(tmp_path: Path) -> None:

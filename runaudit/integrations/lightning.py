@@ -56,8 +56,10 @@ refused (its test outputs would be one rank's shard).
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Mapping, Sequence
 from importlib.metadata import version
+from numbers import Integral
 from pathlib import Path
 from typing import Any
 
@@ -158,7 +160,9 @@ class CapsuleCallback(pl.Callback):
         """The batches one optimizer step accumulates over the whole run, so that run.json's batch size is
         what one step sees. A ``GradientAccumulationScheduler`` sets the trainer's value at each epoch's start
         (before fit it still holds the default 1, which was recorded); one whose value changes within the
-        planned epochs leaves no one batch size to record, and is refused."""
+        epochs the trainer runs (the larger of ``epochs`` and ``max_epochs``; every epoch it schedules when
+        ``max_epochs`` is unbounded) leaves no one batch size to record, and is refused. A schedule changes
+        value only at its own epochs, so those are the epochs looked at, however many the run has."""
         schedulers = [
             callback
             for callback in trainer.callbacks
@@ -166,9 +170,17 @@ class CapsuleCallback(pl.Callback):
         ]
         if not schedulers:
             return int(trainer.accumulate_grad_batches)
-        planned = range(epochs if isinstance(epochs, int) and epochs > 0 else 1)
+        planned = operator.index(epochs) if isinstance(epochs, Integral) else 1
+        unbounded = trainer.max_epochs is None or trainer.max_epochs < 0  # trained until max_steps
+        horizon = None if unbounded else max(planned, trainer.max_epochs, 1)
+        starts = {0, *(epoch for scheduler in schedulers for epoch in scheduler.scheduling)}
         factors = sorted(
-            {scheduler.get_accumulate_grad_batches(epoch) for scheduler in schedulers for epoch in planned}
+            {
+                scheduler.get_accumulate_grad_batches(epoch)
+                for scheduler in schedulers
+                for epoch in starts
+                if horizon is None or epoch < horizon
+            }
         )
         if len(factors) != 1:
             raise WriterError(
