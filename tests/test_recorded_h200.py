@@ -12,6 +12,7 @@ import json
 import math
 import struct
 import zipfile
+import zlib
 from pathlib import Path
 
 import pytest
@@ -68,8 +69,9 @@ def test_checkpoints_written_from_cuda_tensors_load_safely_on_a_cpu_machine(name
 
 
 def test_a_nan_planted_in_a_cuda_bfloat16_checkpoint_is_found(tmp_path: Path) -> None:
-    """One bfloat16 NaN (0x7FC0) written over the first value of the largest stored tensor, in place: the
-    archive keeps its layout, as a flipped sector or an interrupted copy would leave it."""
+    """One bfloat16 NaN (0x7FC0) written over the first value of the largest stored tensor, in place, with
+    the record's CRC-32 written to match, as ``torch.save`` writes a NaN a run produced: the archive keeps
+    its layout. (A NaN written after the save fails its CRC-32 first: tests/test_custody_audits.py.)"""
     source = RECORDED / "cuda-bfloat16.pth"
     raw = bytearray(source.read_bytes())
     with zipfile.ZipFile(source) as archive:
@@ -79,6 +81,12 @@ def test_a_nan_planted_in_a_cuda_bfloat16_checkpoint_is_found(tmp_path: Path) ->
     name_length, extra_length = struct.unpack_from("<HH", raw, entry.header_offset + 26)
     start = entry.header_offset + 30 + name_length + extra_length
     raw[start : start + 2] = struct.pack("<H", 0x7FC0)
+    crc = struct.pack("<I", zlib.crc32(raw[start : start + entry.file_size]))
+    raw[entry.header_offset + 14 : entry.header_offset + 18] = crc  # the local header's CRC-32
+    central = raw.index(b"PK\x01\x02", start + entry.file_size)  # the directory follows every record
+    while raw[central + 46 : central + 46 + len(entry.filename)] != entry.filename.encode():
+        central = raw.index(b"PK\x01\x02", central + 4)
+    raw[central + 16 : central + 20] = crc  # and its central entry's
     damaged = tmp_path / source.name
     damaged.write_bytes(bytes(raw))
     inspection = inspect(damaged)
