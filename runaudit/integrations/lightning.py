@@ -15,8 +15,8 @@
 The constructor takes :func:`runaudit.writer.open_run`'s keyword arguments (``epochs`` defaults to the
 trainer's ``max_epochs``; ``batch_size`` is the loader's, recorded times ``accumulate_grad_batches``, or
 times the one value a ``GradientAccumulationScheduler`` holds over the run: one that changes it by epoch is
-refused) and these of its own: ``train_loss`` (the logged name of the training loss), ``test_id``, ``conditions``,
-``roles``, ``ground_truth``, ``selection_id``, ``render`` and ``seal``.
+refused) and these of its own: ``train_loss`` (the logged name of the training loss), ``test_id``,
+``conditions``, ``roles``, ``ground_truth``, ``selection_id``, ``render`` and ``seal``.
 
 What it expects the LightningModule to log (``self.log``) and return:
 
