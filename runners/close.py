@@ -16,6 +16,7 @@ import errno
 import fcntl
 import json
 import os
+import secrets
 import shutil
 import stat
 import sys
@@ -46,6 +47,8 @@ SEALED = ("config.yaml", "train.csv", *CHECKPOINT_FILES)
 # Every top-level name of active/<id> that enters the capsule (run.json is written anew from the draft).
 SEALED_ENTRIES = (*SEALED, "test", TRACKERS)
 REASON_FILE = "QUARANTINE_REASON.txt"
+# Marks the name a sealed file is moved to in active/<id> for the moment the release checks it.
+RELEASE_ASIDE = "runaudit-release"
 REPORT_FILE = "AUDIT_REPORT.json"
 COPY_MARGIN_BYTES = 64 << 20
 COMPARE_BLOCK = 1 << 20
@@ -297,9 +300,7 @@ def _release_sealed_names(active: Path, final: Path, log: Callable[[str], None])
     if released:
         log(f"close {final.name}: {released} sealed file(s) left {active}; they live on only in {final}")
     if kept:
-        log(
-            f"close {final.name}: could not release {len(kept)} name(s), e.g. {kept[0]}; they still share bytes"
-        )
+        log(f"close {final.name}: could not release {len(kept)} name(s) from {active}, e.g. {kept[0]}")
 
 
 @contextmanager
@@ -324,8 +325,7 @@ def _release_below(mine: int, theirs: int, names: Iterable[str], where: Path, ke
             sealed = os.stat(name, dir_fd=theirs, follow_symlinks=False)
             twin = os.stat(name, dir_fd=mine, follow_symlinks=False)
             if _same_file(sealed, twin):  # one folder (a bind mount) or one file: released only as a file
-                if not stat.S_ISDIR(sealed.st_mode):
-                    os.unlink(name, dir_fd=mine)
+                if not stat.S_ISDIR(sealed.st_mode) and _unlink_if_still(name, mine, sealed, where, kept):
                     released += 1
             elif stat.S_ISDIR(sealed.st_mode) and stat.S_ISDIR(twin.st_mode):
                 with _folder(name, within=mine) as below_mine, _folder(name, within=theirs) as below_theirs:
@@ -337,8 +337,32 @@ def _release_below(mine: int, theirs: int, names: Iterable[str], where: Path, ke
         except FileNotFoundError:
             continue
         except OSError as exc:
-            kept.append(f"{where / name} ({exc.strerror})")
+            kept.append(f"{where / name} ({exc.strerror}; it still shares the sealed bytes)")
     return released
+
+
+def _unlink_if_still(name: str, folder: int, sealed: os.stat_result, where: Path, kept: list[str]) -> bool:
+    """Unlink ``name`` of ``folder`` only if it is still the sealed file; whether it was.
+
+    Linux unlinks by name, never by descriptor: a writer that ignores the lock and renames new bytes over the
+    name between the check and an unlink would lose them. So the name is first moved aside (one atomic
+    rename, to a name no writer knows), and what was moved is checked: the sealed file goes, anything else is
+    linked back under its name, or kept under the aside name where the writer has made the name again.
+    """
+    aside = f".{name}.{RELEASE_ASIDE}-{secrets.token_hex(8)}"
+    os.rename(name, aside, src_dir_fd=folder, dst_dir_fd=folder)
+    moved = os.stat(aside, dir_fd=folder, follow_symlinks=False)
+    if _same_file(moved, sealed):
+        os.unlink(aside, dir_fd=folder)
+        return True
+    try:  # a link, not a rename, so that what the writer has put at the name since is never replaced
+        os.link(aside, name, src_dir_fd=folder, dst_dir_fd=folder, follow_symlinks=False)
+    except OSError as exc:
+        kept.append(f"{where / name} (changed during the release; kept as {where / aside}: {exc.strerror})")
+        return False
+    os.unlink(aside, dir_fd=folder)
+    kept.append(f"{where / name} (a writer replaced it during the release; its new bytes are kept)")
+    return False
 
 
 def _same_file(one: os.stat_result, other: os.stat_result) -> bool:

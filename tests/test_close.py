@@ -683,3 +683,52 @@ def test_a_release_through_a_path_swapped_for_the_run_s_own_folder_releases_noth
     closing._release_sealed_names(active, root / "export" / RUN_ID, said.append)
     assert tree_digest(active) == before
     assert len(said) == 1 and "released nothing" in said[0], said
+
+
+@pytest.mark.parametrize("writes", [1, 2])
+def test_bytes_a_writer_renames_over_a_sealed_name_during_the_release_are_kept(
+    root: Path, monkeypatch: pytest.MonkeyPatch, writes: int
+) -> None:
+    """A writer that ignores the lock and renames new bytes over ``active/<id>/best.pth`` just after the
+    release found that name to be the sealed file lost those bytes: the release unlinked the name, which by
+    then held the writer's file. The release now moves the name aside, checks what it moved, and gives back
+    anything that is not the sealed file. This puts the writer's rename right after the release's check, and
+    (``writes=2``) a second one right after the move aside: the second keeps the name, the first its bytes
+    under the aside name."""
+    active, final = root / "active" / RUN_ID, root / "export" / RUN_ID
+    final.mkdir(parents=True)
+    for name in ("best.pth", "config.yaml"):
+        os.link(active / name, final / name)
+    sealed = os.stat(final / "best.pth")
+    checked = closing._same_file
+    written: list[bytes] = []
+
+    def write() -> None:
+        written.append(f"the writer's checkpoint {len(written) + 1}".encode())
+        (active / "best.pth.new").write_bytes(written[-1])
+        os.replace(active / "best.pth.new", active / "best.pth")
+
+    def a_writer_renames_in_between(one: os.stat_result, other: os.stat_result) -> bool:
+        same = checked(one, other)
+        if (
+            same
+            and checked(one, sealed)
+            and not written
+            and (active / "best.pth").samefile(final / "best.pth")
+        ):
+            write()  # after the check that the name is the sealed file
+        elif checked(other, sealed) and not same and len(written) < writes:
+            write()  # after the move aside, before the name is given back
+        return same
+
+    monkeypatch.setattr(closing, "_same_file", a_writer_renames_in_between)
+    said: list[str] = []
+    closing._release_sealed_names(active, final, said.append)
+    monkeypatch.undo()
+    assert len(written) == writes
+    assert (active / "best.pth").read_bytes() == written[-1]
+    assert not (active / "config.yaml").exists()  # released as before
+    aside = [path for path in active.iterdir() if closing.RELEASE_ASIDE in path.name]
+    assert [path.read_bytes() for path in aside] == written[:-1]
+    assert final.joinpath("best.pth").read_bytes() != written[0] and os.stat(final / "best.pth").st_nlink == 1
+    assert any("best.pth" in line for line in said), said
