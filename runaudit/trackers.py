@@ -443,7 +443,12 @@ class WandbRecords:
                 header[6],
             )
             body = data[position + 7 : position + 7 + length]
-            if len(body) != length and length <= left - 7:  # a piece the file's end cut
+            if len(body) != length and length <= left - 7:  # a piece the file's end cut, or a damaged length
+                if _whole_under_one_bit_less(body, kind, checksum, length):
+                    raise TrackerUnreadable(
+                        f"{rel}: a damaged record at byte {position}: its length field reads {length} bytes, "
+                        "past the file's end, and its CRC holds for the bytes there under a length one bit less"
+                    )
                 self.torn_at = opened if opened >= 0 else position
                 return
             if length > left - 7 or zlib.crc32(body, zlib.crc32(bytes([kind]))) != checksum:
@@ -478,6 +483,18 @@ class WandbRecords:
                 pieces, opened = [], -1
         if opened >= 0:  # its last piece never came: the file's end cut it
             self.torn_at = opened
+
+
+def _whole_under_one_bit_less(body: bytes, kind: int, checksum: int, length: int) -> bool:
+    """Whether the CRC of a piece that runs past the file's end holds for the bytes there under ``length`` with
+    one of its set bits cleared: then the piece is whole and a bit of its length field flipped (the framing
+    has no CRC over the length), not cut by a killed writer. A cut piece's first bytes match the CRC of its
+    whole data under one of at most 16 lengths by chance only (about 16 in 2**32)."""
+    import zlib
+
+    seed = zlib.crc32(bytes([kind]))
+    shorter = (length & ~(1 << bit) for bit in range(16) if length & (1 << bit))
+    return any(zlib.crc32(body[:size], seed) == checksum for size in shorter if size <= len(body))
 
 
 def _padding(skipped: bytes, position: int, rel: str) -> None:

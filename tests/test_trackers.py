@@ -534,6 +534,22 @@ def test_a_wandb_log_whose_end_cuts_its_last_record_is_read_up_to_it(cut: str) -
         [*WandbRecords(sound + last[:-3] + last, "run-x.wandb")]
 
 
+def test_a_bit_flipped_in_the_last_record_s_length_is_damage_not_a_cut() -> None:
+    """LevelDB's framing has no CRC over a piece's length. One bit flipped from 0 to 1 in the last record's
+    length field made the record run past the file's end, and it read as cut by a killed writer: the
+    records before were compared and passed. Its CRC still holds for the bytes there under the length one
+    bit less, so it is refused as damage; every other flip of that field fails its CRC, as ever."""
+    from runaudit.trackers import WANDB_HEADER, TrackerUnreadable, WandbRecords
+
+    sound = WANDB_HEADER + _piece(FULL, _history_record(10, train_loss=2.0))
+    last = _piece(FULL, _history_record(20, train_loss=1.0))
+    length = int.from_bytes(last[4:6], "little")
+    for bit in range(16):
+        flipped = (length ^ (1 << bit)).to_bytes(2, "little")
+        with pytest.raises(TrackerUnreadable, match="damaged record"):
+            [*WandbRecords(sound + last[:4] + flipped + last[6:], "run-x.wandb")]
+
+
 @pytest.mark.parametrize(
     "kinds",
     [
