@@ -349,7 +349,7 @@ def _unlink_if_still(name: str, folder: int, sealed: os.stat_result, where: Path
     rename, to a name no writer knows), and what was moved is checked: the sealed file goes, anything else is
     linked back under its name, or kept under the aside name where the writer has made the name again.
     """
-    aside = f".{name}.{RELEASE_ASIDE}-{secrets.token_hex(8)}"
+    aside = f".{RELEASE_ASIDE}-{secrets.token_hex(8)}"  # short: a name near the length limit still moves
     os.rename(name, aside, src_dir_fd=folder, dst_dir_fd=folder)
     moved = os.stat(aside, dir_fd=folder, follow_symlinks=False)
     if _same_file(moved, sealed):
