@@ -319,10 +319,12 @@ def _release_below(mine: int, theirs: int, names: Iterable[str], where: Path, ke
     if _same_file(os.fstat(mine), os.fstat(theirs)):  # swapped in between a folder's stat and its open
         kept.append(f"{where} (the capsule's own folder)")
         return 0
-    released = 0
+    released, sealed_files = 0, set()
     for name in names:
         try:
             sealed = os.stat(name, dir_fd=theirs, follow_symlinks=False)
+            if not stat.S_ISDIR(sealed.st_mode):
+                sealed_files.add((sealed.st_dev, sealed.st_ino))
             twin = os.stat(name, dir_fd=mine, follow_symlinks=False)
             if _same_file(sealed, twin):  # one folder (a bind mount) or one file: released only as a file
                 if not stat.S_ISDIR(sealed.st_mode) and _unlink_if_still(name, mine, sealed, where, kept):
@@ -338,7 +340,27 @@ def _release_below(mine: int, theirs: int, names: Iterable[str], where: Path, ke
             continue
         except OSError as exc:
             kept.append(f"{where / name} ({exc.strerror}; it still shares the sealed bytes)")
-    return released
+    return released + _sweep_asides(mine, sealed_files, where, kept)
+
+
+def _sweep_asides(folder: int, sealed_files: set[tuple[int, int]], where: Path, kept: list[str]) -> int:
+    """Unlink the aside names of ``folder`` that are still one of ``sealed_files``: what a release killed
+    between its move aside and its unlink left (see :func:`_unlink_if_still`); how many. Anything else under
+    such a name is a writer's, and stays."""
+    swept = 0
+    for aside in os.listdir(folder):
+        if not aside.startswith(f".{RELEASE_ASIDE}-"):
+            continue
+        try:
+            found = os.stat(aside, dir_fd=folder, follow_symlinks=False)
+            if (found.st_dev, found.st_ino) in sealed_files:
+                os.unlink(aside, dir_fd=folder)
+                swept += 1
+        except FileNotFoundError:
+            continue
+        except OSError as exc:
+            kept.append(f"{where / aside} ({exc.strerror}; it still shares the sealed bytes)")
+    return swept
 
 
 def _unlink_if_still(name: str, folder: int, sealed: os.stat_result, where: Path, kept: list[str]) -> bool:
@@ -347,7 +369,9 @@ def _unlink_if_still(name: str, folder: int, sealed: os.stat_result, where: Path
     Linux unlinks by name, never by descriptor: a writer that ignores the lock and renames new bytes over the
     name between the check and an unlink would lose them. So the name is first moved aside (one atomic
     rename, to a name no writer knows), and what was moved is checked: the sealed file goes, anything else is
-    linked back under its name, or kept under the aside name where the writer has made the name again.
+    put back under its name, or kept under the aside name where the writer has made the name again. A release
+    killed between the move and the unlink leaves the sealed file under the aside name: the next close's
+    release sweeps it (:func:`_sweep_asides`).
     """
     aside = f".{RELEASE_ASIDE}-{secrets.token_hex(8)}"  # short: a name near the length limit still moves
     os.rename(name, aside, src_dir_fd=folder, dst_dir_fd=folder)
@@ -355,12 +379,19 @@ def _unlink_if_still(name: str, folder: int, sealed: os.stat_result, where: Path
     if _same_file(moved, sealed):
         os.unlink(aside, dir_fd=folder)
         return True
-    try:  # a link, not a rename, so that what the writer has put at the name since is never replaced
-        os.link(aside, name, src_dir_fd=folder, dst_dir_fd=folder, follow_symlinks=False)
+    # A file goes back as a link, not a rename, so that what the writer has put at the name since is never
+    # replaced; a folder cannot be linked, and moved back it replaces nothing but an empty folder.
+    a_folder = stat.S_ISDIR(moved.st_mode)
+    try:
+        if a_folder:
+            os.rename(aside, name, src_dir_fd=folder, dst_dir_fd=folder)
+        else:
+            os.link(aside, name, src_dir_fd=folder, dst_dir_fd=folder, follow_symlinks=False)
     except OSError as exc:
         kept.append(f"{where / name} (changed during the release; kept as {where / aside}: {exc.strerror})")
         return False
-    os.unlink(aside, dir_fd=folder)
+    if not a_folder:
+        os.unlink(aside, dir_fd=folder)
     kept.append(f"{where / name} (a writer replaced it during the release; its new bytes are kept)")
     return False
 

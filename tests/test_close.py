@@ -732,3 +732,52 @@ def test_bytes_a_writer_renames_over_a_sealed_name_during_the_release_are_kept(
     assert [path.read_bytes() for path in aside] == written[:-1]
     assert final.joinpath("best.pth").read_bytes() != written[0] and os.stat(final / "best.pth").st_nlink == 1
     assert any("best.pth" in line for line in said), said
+
+
+def test_a_folder_a_writer_puts_at_a_sealed_name_during_the_release_keeps_the_name(
+    root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A folder cannot be linked back: it stayed under the aside name though nothing had made the name again."""
+    active, final = root / "active" / RUN_ID, root / "export" / RUN_ID
+    final.mkdir(parents=True)
+    os.link(active / "best.pth", final / "best.pth")
+    sealed = os.stat(final / "best.pth")
+    checked = closing._same_file
+
+    def a_writer_puts_a_folder_after_the_check(one: os.stat_result, other: os.stat_result) -> bool:
+        same = checked(one, other)
+        if same and checked(one, sealed) and (active / "best.pth").is_file():
+            (active / "best.pth").unlink()
+            (active / "best.pth").mkdir()
+            (active / "best.pth" / "shard-0").write_bytes(b"the writer's shard")
+        return same
+
+    monkeypatch.setattr(closing, "_same_file", a_writer_puts_a_folder_after_the_check)
+    said: list[str] = []
+    closing._release_sealed_names(active, final, said.append)
+    monkeypatch.undo()
+    assert (active / "best.pth" / "shard-0").read_bytes() == b"the writer's shard"
+    assert not [path for path in active.iterdir() if closing.RELEASE_ASIDE in path.name]
+    assert any("best.pth" in line and "new bytes are kept" in line for line in said), said
+
+
+def test_a_release_killed_between_its_move_aside_and_its_unlink_is_finished_by_the_next_one(
+    root: Path,
+) -> None:
+    """A close killed there left the sealed file under an aside name in active/: it shared the sealed inode,
+    and closing again (the documented recovery) never released it. The next release sweeps such names that
+    are still sealed files; one that holds anything else is a writer's, and stays."""
+    active, final = root / "active" / RUN_ID, root / "export" / RUN_ID
+    (final / "test").mkdir(parents=True)
+    for name in ("best.pth", "config.yaml"):
+        os.link(active / name, final / name)
+    killed = f".{closing.RELEASE_ASIDE}-{'0' * 16}"
+    os.rename(active / "config.yaml", active / killed)  # as the kill leaves it
+    other = active / f".{closing.RELEASE_ASIDE}-{'1' * 16}"
+    other.write_bytes(b"not a sealed file")
+    said: list[str] = []
+    closing._release_sealed_names(active, final, said.append)
+    assert not (active / killed).exists() and not (active / "best.pth").exists()
+    assert other.read_bytes() == b"not a sealed file"
+    assert os.stat(final / "config.yaml").st_nlink == 1 and os.stat(final / "best.pth").st_nlink == 1
+    assert said and "2 sealed file(s) left" in said[0], said
