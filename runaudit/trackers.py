@@ -443,12 +443,10 @@ class WandbRecords:
                 header[6],
             )
             body = data[position + 7 : position + 7 + length]
-            if len(body) != length and length <= left - 7:  # a piece the file's end cut, or a damaged length
-                if _whole_under_one_bit_less(body, kind, checksum, length):
-                    raise TrackerUnreadable(
-                        f"{rel}: a damaged record at byte {position}: its length field reads {length} bytes, "
-                        "past the file's end, and its CRC holds for the bytes there under a length one bit less"
-                    )
+            if len(body) != length and length <= left - 7:  # a piece the file's end cut, or damage
+                damage = _not_as_a_writer_cuts(body, checksum, length, kind, left, opened)
+                if damage:
+                    raise TrackerUnreadable(f"{rel}: a damaged record at byte {position}: {damage}")
                 self.torn_at = opened if opened >= 0 else position
                 return
             if length > left - 7 or zlib.crc32(body, zlib.crc32(bytes([kind]))) != checksum:
@@ -483,6 +481,25 @@ class WandbRecords:
                 pieces, opened = [], -1
         if opened >= 0:  # its last piece never came: the file's end cut it
             self.torn_at = opened
+
+
+def _not_as_a_writer_cuts(body: bytes, checksum: int, length: int, kind: int, left: int, opened: int) -> str:
+    """Why a piece that runs past the file's end is not one a killed writer left (its header is whole, so
+    its type, its place among the pieces and its length can be checked as a whole piece's are), or ""."""
+    if kind not in (FULL, FIRST, MIDDLE, LAST):
+        return f"its type byte {kind} is no log record type"
+    if kind in (FULL, FIRST) and opened >= 0:
+        return f"it begins a record while the one begun at byte {opened} has no last piece"
+    if kind in (MIDDLE, LAST) and opened < 0:
+        return "it continues a record that none began"
+    if kind in (FIRST, MIDDLE) and length != left - 7:
+        return "it ends before its block does, as no writer splits a record"
+    if _whole_under_one_bit_less(body, kind, checksum, length):
+        return (
+            f"its length field reads {length} bytes, past the file's end, and its CRC holds for the bytes "
+            "there under a length one bit less"
+        )
+    return ""
 
 
 def _whole_under_one_bit_less(body: bytes, kind: int, checksum: int, length: int) -> bool:

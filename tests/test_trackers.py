@@ -534,6 +534,31 @@ def test_a_wandb_log_whose_end_cuts_its_last_record_is_read_up_to_it(cut: str) -
         [*WandbRecords(sound + last[:-3] + last, "run-x.wandb")]
 
 
+@pytest.mark.parametrize(
+    ("kind", "opens_one"),
+    [
+        pytest.param(9, False, id="no-log-record-type"),
+        pytest.param(LAST, False, id="a-last-piece-of-no-record"),
+        pytest.param(MIDDLE, False, id="a-middle-piece-of-no-record"),
+        pytest.param(FIRST, False, id="a-first-piece-short-of-its-block"),
+        pytest.param(FULL, True, id="a-whole-record-while-one-is-open"),
+    ],
+)
+def test_a_piece_the_file_s_end_cuts_is_a_cut_only_if_a_writer_could_have_left_it(
+    kind: int, opens_one: bool
+) -> None:
+    """A cut piece's header is whole, so it is held to what a whole piece's is: each of these ran past the
+    file's end and read as cut by a killed writer, the records before compared, though no writer leaves one."""
+    from runaudit.trackers import WANDB_HEADER, TrackerUnreadable, WandbRecords
+
+    sound = WANDB_HEADER + _piece(FULL, _history_record(10, train_loss=2.0))
+    if opens_one:
+        sound = _framed(sound, (FIRST,), bytes(range(256)) * 1024)
+    data = sound + _piece(kind, bytes(range(100)))[:60]
+    with pytest.raises(TrackerUnreadable, match="damaged record"):
+        [*WandbRecords(data, "run-x.wandb")]
+
+
 def test_a_bit_flipped_in_the_last_record_s_length_is_damage_not_a_cut() -> None:
     """LevelDB's framing has no CRC over a piece's length. One bit flipped from 0 to 1 in the last record's
     length field made the record run past the file's end, and it read as cut by a killed writer: the
