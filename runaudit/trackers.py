@@ -444,29 +444,18 @@ class WandbRecords:
             )
             body = data[position + 7 : position + 7 + length]
             if len(body) != length and length <= left - 7:  # a piece the file's end cut, or damage
-                damage = _not_as_a_writer_cuts(body, checksum, length, kind, left, opened)
-                if damage:
-                    raise TrackerUnreadable(f"{rel}: a damaged record at byte {position}: {damage}")
+                damage = _out_of_place(kind, length, left, opened, position) or _whole_under_one_bit_less(
+                    body, kind, checksum, length, position
+                )
+                if damage:  # its header is whole: held to what a whole piece's is, it is no writer's cut
+                    raise TrackerUnreadable(f"{rel}: a damaged record past the file's end: {damage}")
                 self.torn_at = opened if opened >= 0 else position
                 return
             if length > left - 7 or zlib.crc32(body, zlib.crc32(bytes([kind]))) != checksum:
                 raise TrackerUnreadable(f"{rel}: a damaged record at byte {position}")
-            if kind not in (FULL, FIRST, MIDDLE, LAST):
-                raise TrackerUnreadable(f"{rel}: record type {kind} at byte {position} is not a log record")
-            if kind in (FULL, FIRST) and opened >= 0:
-                raise TrackerUnreadable(
-                    f"{rel}: a torn record: the one begun at byte {opened} has no last piece before byte {position}"
-                )
-            if kind in (MIDDLE, LAST) and opened < 0:
-                raise TrackerUnreadable(
-                    f"{rel}: a torn record: a continuation piece at byte {position} begins none"
-                )
-            if (
-                kind in (FIRST, MIDDLE) and length != left - 7
-            ):  # the writer splits a record at block ends only
-                raise TrackerUnreadable(
-                    f"{rel}: a record's piece at byte {position} ends before its block does, as no writer splits one"
-                )
+            misplaced = _out_of_place(kind, length, left, opened, position)
+            if misplaced:
+                raise TrackerUnreadable(f"{rel}: {misplaced}")
             if kind in (FULL, FIRST):
                 opened, size = position, 0
             size += length
@@ -483,35 +472,36 @@ class WandbRecords:
             self.torn_at = opened
 
 
-def _not_as_a_writer_cuts(body: bytes, checksum: int, length: int, kind: int, left: int, opened: int) -> str:
-    """Why a piece that runs past the file's end is not one a killed writer left (its header is whole, so
-    its type, its place among the pieces and its length can be checked as a whole piece's are), or ""."""
+def _out_of_place(kind: int, length: int, left: int, opened: int, position: int) -> str:
+    """Why the piece at ``position`` (``left`` bytes before its block ends; a record open since ``opened``,
+    or -1) is not one W&B's writer lays out there: its type, its place among the pieces, or a split that is
+    not at a block's end; "" if it is."""
     if kind not in (FULL, FIRST, MIDDLE, LAST):
-        return f"its type byte {kind} is no log record type"
+        return f"record type {kind} at byte {position} is not a log record"
     if kind in (FULL, FIRST) and opened >= 0:
-        return f"it begins a record while the one begun at byte {opened} has no last piece"
+        return f"a torn record: the one begun at byte {opened} has no last piece before byte {position}"
     if kind in (MIDDLE, LAST) and opened < 0:
-        return "it continues a record that none began"
-    if kind in (FIRST, MIDDLE) and length != left - 7:
-        return "it ends before its block does, as no writer splits a record"
-    if _whole_under_one_bit_less(body, kind, checksum, length):
-        return (
-            f"its length field reads {length} bytes, past the file's end, and its CRC holds for the bytes "
-            "there under a length one bit less"
-        )
+        return f"a torn record: a continuation piece at byte {position} begins none"
+    if kind in (FIRST, MIDDLE) and length != left - 7:  # the writer splits a record at block ends only
+        return f"a record's piece at byte {position} ends before its block does, as no writer splits one"
     return ""
 
 
-def _whole_under_one_bit_less(body: bytes, kind: int, checksum: int, length: int) -> bool:
-    """Whether the CRC of a piece that runs past the file's end holds for the bytes there under ``length`` with
-    one of its set bits cleared: then the piece is whole and a bit of its length field flipped (the framing
-    has no CRC over the length), not cut by a killed writer. A cut piece's first bytes match the CRC of its
-    whole data under one of at most 16 lengths by chance only (about 16 in 2**32)."""
+def _whole_under_one_bit_less(body: bytes, kind: int, checksum: int, length: int, position: int) -> str:
+    """Why the piece at ``position``, which runs past the file's end, is whole with a damaged length: its CRC
+    holds for the bytes there under ``length`` with one of its set bits cleared (the framing has no CRC over
+    the length); "" if it does not. A piece a killed writer cut matches the CRC of its whole data under one
+    of at most 16 lengths by chance only (about 16 in 2**32)."""
     import zlib
 
     seed = zlib.crc32(bytes([kind]))
     shorter = (length & ~(1 << bit) for bit in range(16) if length & (1 << bit))
-    return any(zlib.crc32(body[:size], seed) == checksum for size in shorter if size <= len(body))
+    if any(zlib.crc32(body[:size], seed) == checksum for size in shorter if size <= len(body)):
+        return (
+            f"the piece at byte {position} reads a length of {length} bytes, and its CRC holds for the bytes "
+            "there under a length one bit less"
+        )
+    return ""
 
 
 def _padding(skipped: bytes, position: int, rel: str) -> None:
