@@ -36,6 +36,7 @@ import scipy.special  # noqa: F401
 import torch
 import torch._dynamo  # noqa: F401
 import yaml  # noqa: F401  # libyaml's C parser keeps the first yaml module's resolver: a re-import breaks tags
+from capsules import COMPACT_DEMO_CONFIG
 
 import runaudit.reports.collector  # noqa: F401
 import runaudit.reports.html  # noqa: F401
@@ -158,13 +159,14 @@ def figure_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
 
 @pytest.fixture(scope="session")
 def demo_project(tmp_path_factory: pytest.TempPathFactory, worker_id: str) -> Path:
-    """A project root holding the sealed demo capsule, trained once per test session.
+    """A project root holding the sealed demo capsule (with :data:`COMPACT_DEMO_CONFIG`'s test split),
+    trained once per test session.
 
     Under xdist the workers share one root (``ensure_demo`` serialises them with a file lock).
     """
     base = tmp_path_factory.getbasetemp()
     root = (base.parent if worker_id != "master" else base) / "demo-project"
-    ensure_demo(root, progress=io.StringIO())
+    ensure_demo(root, progress=io.StringIO(), config=COMPACT_DEMO_CONFIG)
     return root
 
 

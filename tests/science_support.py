@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 import yaml
+from capsules import COMPACT_TEST_FRACTION
 
 from runaudit.examples.digits import data as digits_data
 
@@ -152,7 +153,8 @@ def declare_worked_group(capsule_dir: Path, project: Path) -> Path:
 
 def train_demo_seeds(root: Path, run_ids: Iterable[str], *options: str, epochs: int = 2) -> None:
     """Train one real demo run per id under ``root/active/`` (seeds 1, 2, ...), side by side, through the
-    demo's own command line; ``options`` go to each (``--arm short``, ``--tensorboard``)."""
+    demo's own command line, on the test split of the tests' demo; ``options`` go to each (``--arm short``,
+    ``--tensorboard``)."""
     children = [
         subprocess.Popen(
             [
@@ -168,6 +170,8 @@ def train_demo_seeds(root: Path, run_ids: Iterable[str], *options: str, epochs: 
                 str(seed),
                 "--epochs",
                 str(epochs),
+                "--test-fraction",
+                str(COMPACT_TEST_FRACTION),  # the demo project's own split
                 *options,
             ],
             stdout=subprocess.DEVNULL,

@@ -17,6 +17,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
+from capsules import COMPACT_DEMO_CONFIG, read_json
 from science_support import digits, edit_json, verdict
 
 from runaudit.examples.digits.build import produce
@@ -32,7 +33,7 @@ def collapsed_project(demo_project: Path, tmp_path_factory: pytest.TempPathFacto
     """The demo project plus ``collapsed``: the demo's CNN trained 4 epochs on zeroed inputs, sealed."""
     root = tmp_path_factory.mktemp("collapsed") / "project"
     shutil.copytree(demo_project, root, ignore=shutil.ignore_patterns("*.lock", "reports"))
-    config = copy.deepcopy(DEFAULT_CONFIG)
+    config = copy.deepcopy(COMPACT_DEMO_CONFIG)
     config["train"].update(epochs=4, zero_inputs=True)
     draft = produce(root, "collapsed", config, log=lambda line: None)
     edit_json(
@@ -54,10 +55,11 @@ def test_a_collapsed_model_discloses_and_the_healthy_demo_does_not(
     run_audits, collapsed_project: Path
 ) -> None:
     collapsed = run_audits("collapsed", collapsed_project, *COLLAPSE)
+    n_test = read_json(collapsed_project / "export" / "demo" / "test" / "main" / "metrics.json")["n_test"]
     for audit in PROBES:
         assert verdict(collapsed, audit, "main")["verdict"] == "disclosed", audit
     cosine = verdict(collapsed, "collapse.output_cosine", "main")["evidence"]
-    assert cosine["cosine"] >= 0.98 and cosine["n"] == 359 and "cosine_centered" in cosine
+    assert cosine["cosine"] >= 0.98 and cosine["n"] == n_test and "cosine_centered" in cosine
     histogram = verdict(collapsed, "collapse.prediction_histogram", "main")["evidence"]
     assert histogram["top_share"] > 0.5 and histogram["unique_predictions"] < 5
     trivial = verdict(collapsed, "collapse.trivial_baseline", "main")["evidence"]
@@ -71,7 +73,7 @@ def test_a_collapsed_model_discloses_and_the_healthy_demo_does_not(
     paired = verdict(healthy, "variance.paired_bootstrap", "main/accuracy")  # demo vs the zero-input arm
     assert paired["verdict"] == "passed", paired["message"]
     assert paired["evidence"]["baseline_arm"] == "zero-input" and paired["evidence"]["ci"][0] > 0.5
-    assert paired["evidence"]["n"] == 359 and paired["evidence"]["dropped"] == 0
+    assert paired["evidence"]["n"] == n_test and paired["evidence"]["dropped"] == 0
 
 
 def _add_shuffle_condition(capsule: Path) -> None:

@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 import torch
+from capsules import listed_files
 
 from runaudit import checkpoints
 from runaudit.checkpoints import CheckpointRefused, inspect
@@ -49,7 +50,8 @@ def test_the_verified_demo_passes_the_whole_custody_gate(
     assert outcome.report["custody_ok"] is True
     receipts = outcome.find("manifest.receipt")
     assert [item["verdict"] for item in receipts] == ["passed"]
-    assert len(outcome.find("manifest.sha256")) == len(outcome.find("manifest.size")) > 400
+    listed = listed_files(project, DEMO_RUN_ID)
+    assert len(outcome.find("manifest.sha256")) == len(outcome.find("manifest.size")) == listed > 80
 
 
 # -- manifest.* -------------------------------------------------------------------------------------
@@ -686,7 +688,8 @@ def test_per_file_cases_skip_the_per_phase_capture_and_reach_the_same_verdicts(
     assert verdicts(lean) == verdicts(default)
     assert lean.result.ret == default.result.ret != 0
     assert lean.result.parseoutcomes() == default.result.parseoutcomes()
-    assert set_up == phase_log.SET_UP and len(per_file(set_up)) > 800
+    held = listed_files(project, DEMO_RUN_ID) - 1  # each file the copy still holds: its size and its hash
+    assert set_up == phase_log.SET_UP and len(per_file(set_up)) == 2 * held
     # Only the per-file cases ran without the capture: their setup's log record was not kept in the report.
     assert per_file(phase_log.LOGGED) == per_file(set_up) and not per_file(logged)
     assert logged == set(set_up) - per_file(set_up) and logged
@@ -738,6 +741,6 @@ def test_per_file_cases_keep_the_default_protocol_where_the_session_needs_it(
     outcome = run_audits(capsule_dir, project, "-m", "custody", "-p", "captured_log", *needs_default)
     assert outcome.report is not None and outcome.result.ret == 0, outcome.result.stdout.str()[-3000:]
     hashed = {nodeid for nodeid in captured_log.LOGGED if "::test_sha256[" in nodeid}
-    assert len(hashed) > 400
+    assert len(hashed) == listed_files(project, DEMO_RUN_ID)
     if "own_protocol" in needs_default:
         assert hashed <= own_protocol.SEEN

@@ -385,7 +385,10 @@ def test_renders_short_of_rows_or_with_a_corrupt_idat_fail_decode_and_whole_unus
     outcome = run_audits(capsule_dir, project, "-k", "vis_decode")
     decode = _only(outcome, "capsule.vis_decode")
     assert decode["verdict"] == "failed", decode["message"]
-    assert decode["message"].startswith("run demo: 6 of 400 PNG(s) under test/main/vis do not decode: ")
+    renders = len(list((capsule_dir / "test" / "main" / "vis").glob("*/*/*.png")))
+    assert decode["message"].startswith(
+        f"run demo: 6 of {renders} PNG(s) under test/main/vis do not decode: "
+    )
     assert "\n" not in decode["message"]
     broken = decode["evidence"]["broken"]
     assert [line.split(" (")[0] for line in broken] == [
@@ -400,8 +403,8 @@ def test_renders_short_of_rows_or_with_a_corrupt_idat_fail_decode_and_whole_unus
 def test_renders_transparent_everywhere_are_disclosed_as_blank_identical_pictures(
     capsule_dir: Path, project: Path, run_audits: Any
 ) -> None:
-    """All 400 renders replaced by RGBA ones whose alpha is 0 everywhere (the pictures still under it): a
-    viewer shows 400 blank images, yet ``collapse.vis_identical`` said the renders differ."""
+    """Every render replaced by an RGBA one whose alpha is 0 everywhere (the picture still under it): a
+    viewer shows only blank images, yet ``collapse.vis_identical`` said the renders differ."""
     renders = sorted((capsule_dir / "test" / "main" / "vis").glob("*/*/*.png"))
     for render in renders:
         picture = np.asarray(Image.open(render).convert("RGB"))
@@ -411,7 +414,8 @@ def test_renders_transparent_everywhere_are_disclosed_as_blank_identical_picture
     assert _only(outcome, "capsule.vis_decode")["verdict"] == "passed"  # whole PNGs, only invisible
     identical = _only(outcome, "collapse.vis_identical")
     assert identical["verdict"] == "disclosed", identical["message"]
-    blank = "(100% of 4950 pairs; all blank, only the background shows)"
+    selected = len(_renders(capsule_dir, "clean", "input"))
+    blank = f"(100% of {selected * (selected - 1) // 2} pairs; all blank, only the background shows)"
     assert identical["message"] == (
         f"run demo: test/main/vis: the selected samples render near-identically in clean/input {blank}, "
         f"clean/prediction {blank}, noise/input {blank}, noise/prediction {blank}: different inputs, the "
@@ -436,8 +440,9 @@ def test_palette_and_grey_renders_transparent_everywhere_are_blank_too(
     identical = _only(outcome, "collapse.vis_identical")
     assert identical["verdict"] == "disclosed", identical["message"]
     message = identical["message"]
-    assert "clean/input (100% of 4950 pairs; all blank, only the background shows)" in message
-    assert "clean/prediction (100% of 4950 pairs; all blank, only the background shows)" in message
+    selected = len(_renders(capsule_dir, "clean", "input"))
+    blank = f"(100% of {selected * (selected - 1) // 2} pairs; all blank, only the background shows)"
+    assert f"clean/input {blank}" in message and f"clean/prediction {blank}" in message
     assert "noise/" not in message
     assert identical["evidence"]["groups"]["noise/input"]["identical_pair_share"] < 0.1
 

@@ -40,7 +40,7 @@ def test_a_built_report_meets_its_own_schema(project: Path) -> None:
             "conditions": ["clean", "noise"],
             "roles": ["input", "prediction"],
             "selection_id": "digits-stratified-s0-test",
-            "k": 100,
+            "k": json.loads((project / "export" / "demo" / "run.json").read_text())["selections"][0]["k"],
         }
     ]
     assert doc["reproduce"] == f"cd {project} && python -m pytest --run demo"

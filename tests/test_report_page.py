@@ -157,10 +157,11 @@ def test_the_coverage_matrix_counts_gaps_per_condition_and_role(project: Path) -
         extra=["noise/input/zz.png"],
     )
     run = demo_run(project)
+    k = json.loads((run.path / "run.json").read_text())["selections"][0]["k"]
     (matrix,) = coverage.matrices(build(run, [gaps]))
-    assert matrix.cell("clean", "input") == coverage.Cell("98/100 (2 missing)", False)
-    assert matrix.cell("noise", "input") == coverage.Cell("100/100 (1 extra)", False)
-    assert matrix.cell("clean", "prediction") == coverage.Cell("100/100", True)
+    assert matrix.cell("clean", "input") == coverage.Cell(f"{k - 2}/{k} (2 missing)", False)
+    assert matrix.cell("noise", "input") == coverage.Cell(f"{k}/{k} (1 extra)", False)
+    assert matrix.cell("clean", "prediction") == coverage.Cell(f"{k}/{k}", True)
     (unaudited,) = coverage.matrices(build(run, science_records()))
     assert unaudited.cells is None and unaudited.status.startswith("not audited")
 

@@ -7,6 +7,7 @@ best, and the minimum detectable effect at sd 3.42 and n = 3 is 7.75.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -119,4 +120,7 @@ def test_pairing_on_unequal_item_sets_discloses_the_drop(run_audits, project: Pa
     paired = verdict(run_audits(worked, project, *VARIANCE), "variance.paired_bootstrap", "main/accuracy")
     assert paired["verdict"] == "disclosed" and paired["evidence"]["dropped"] == 10
     assert "10 item(s) not scored by both arms were dropped" in paired["message"]
-    assert paired["evidence"]["n"] == 349 and paired["evidence"]["baseline_runs"] == 3
+    n_test = json.loads((project / "export" / "base-s1" / "test" / "main" / "metrics.json").read_text())[
+        "n_test"
+    ]
+    assert paired["evidence"]["n"] == n_test - 10 and paired["evidence"]["baseline_runs"] == 3

@@ -37,6 +37,13 @@ def main() -> int:
     parser.add_argument("--zero-inputs", action="store_true", help="train on zeroed inputs (a broken model)")
     parser.add_argument("--arm", default=DEMO_ARM, help=f"the arm of group {DEMO_GROUP} it is a seed of")
     parser.add_argument(
+        "--test-fraction",
+        type=float,
+        default=DEFAULT_CONFIG["data"]["test_fraction"],
+        help="share of each class held out as the test split (every run of one project must hold out the "
+        "same: the split manifest is written once)",
+    )
+    parser.add_argument(
         "--tensorboard",
         action="store_true",
         help="also log each row to trackers/tensorboard/ (needs tensorboard)",
@@ -51,6 +58,7 @@ def main() -> int:
     config["train"].update(
         epochs=args.epochs, seed=args.seed, throttle_s=args.throttle, zero_inputs=args.zero_inputs
     )
+    config["data"]["test_fraction"] = args.test_fraction
     if args.tensorboard:
         config["train"]["tensorboard"] = True
     if args.wandb:
