@@ -248,12 +248,30 @@ END_TO_END_FIXTURES = frozenset({"demo_project", "pytester"})
 
 
 def _slow(item: pytest.Item) -> bool:
-    if item.path.name in SLOW_MODULES or item.path.parent.name == "box":
+    if _whole_process_module(item):
         return True
     return not END_TO_END_FIXTURES.isdisjoint(getattr(item, "fixturenames", ()))
 
 
+def _whole_process_module(item: pytest.Item) -> bool:
+    return item.path.name in SLOW_MODULES or item.path.parent.name == "box"
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark the slow tests, and run the longest first.
+
+    pytest-xdist's workers take the items in this order and steal from each other's queues once theirs is
+    empty; a test of tens of seconds that starts last keeps one worker busy after the rest are done. So the
+    modules of whole-process tests go first, then every other module with a slow test, then the in-process
+    unit tests, which fill the gaps at the end (each module stays in one piece: its fixtures are set up once).
+    """
+    slow_modules = set()
     for item in items:
         if _slow(item):
             item.add_marker(pytest.mark.slow)
+            slow_modules.add(item.path)
+
+    def tier(item: pytest.Item) -> int:
+        return 0 if _whole_process_module(item) else 1 if item.path in slow_modules else 2
+
+    items.sort(key=tier)
