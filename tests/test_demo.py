@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from runaudit.examples.digits.build import DEMO_RUN_ID
 from runaudit.verdict import shell_word
 
@@ -70,3 +72,20 @@ def test_run_demo_with_a_cache_it_cannot_write_is_one_line(tmp_path: Path) -> No
     assert "INTERNALERROR" not in said and "Traceback" not in said, said
     [line] = [line for line in said.splitlines() if "--run=demo" in line]
     assert f"cannot build the demo under {tmp_path / 'a-file'}" in line and "XDG_CACHE_HOME" in line
+
+
+@pytest.mark.parametrize("given", ["0", "0.8", "-0.1", "nan", "a fifth"])
+def test_a_test_fraction_that_leaves_no_split_is_one_usage_line(
+    given: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The demo trainer's ``--test-fraction`` must leave a test split and room for validation and training."""
+    from runaudit.examples.digits.__main__ import main
+
+    argv = ["digits", "produce", "--root", str(tmp_path), "--run-id", "x", "--test-fraction", given]
+    monkeypatch.setattr(sys, "argv", argv)
+    with pytest.raises(SystemExit) as stopped:
+        main()
+    assert stopped.value.code == 2
+    [line] = capsys.readouterr().err.strip().splitlines()[-1:]
+    assert "--test-fraction: expected a number between 0 and 0.8, found" in line and given in line
+    assert not any(tmp_path.iterdir())  # refused before anything was written

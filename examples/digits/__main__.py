@@ -26,6 +26,18 @@ def train_command(root: str, run_id: str, *, epochs: int, throttle_s: float = 0.
             "--epochs", str(epochs), "--throttle", str(throttle_s)]  # fmt: skip
 
 
+def _test_fraction(text: str) -> float:
+    """A share of each class for the test split that leaves room for the validation split and training."""
+    room = 1.0 - DEFAULT_CONFIG["data"]["val_fraction"]
+    try:
+        fraction = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number between 0 and {room:g}, found {text!r}") from None
+    if not 0.0 < fraction < room:
+        raise argparse.ArgumentTypeError(f"expected a number between 0 and {room:g}, found {text}")
+    return fraction
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(prog="python -m runaudit.examples.digits")
     parser.add_argument("verb", choices=["produce"])
@@ -38,7 +50,7 @@ def main() -> int:
     parser.add_argument("--arm", default=DEMO_ARM, help=f"the arm of group {DEMO_GROUP} it is a seed of")
     parser.add_argument(
         "--test-fraction",
-        type=float,
+        type=_test_fraction,
         default=DEFAULT_CONFIG["data"]["test_fraction"],
         help="share of each class held out as the test split (every run of one project must hold out the "
         "same: the split manifest is written once)",
