@@ -265,7 +265,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     modules of whole-process tests go first, then every other module with a slow test, then the in-process
     unit tests, which fill the gaps at the end (each module stays in one piece: its fixtures are set up once).
     """
-    slow_modules = set()
+    slow_modules: set[Path] = set()
     for item in items:
         if _slow(item):
             item.add_marker(pytest.mark.slow)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import math
 import signal
 import sys
 from pathlib import Path
@@ -32,7 +33,7 @@ def _test_fraction(text: str) -> float:
     try:
         fraction = float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number between 0 and {room:g}, found {text!r}") from None
+        fraction = math.nan  # refused below, in the same words
     if not 0.0 < fraction < room:
         raise argparse.ArgumentTypeError(f"expected a number between 0 and {room:g}, found {text}")
     return fraction
