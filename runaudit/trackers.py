@@ -23,6 +23,7 @@ import itertools
 import math
 import os
 import stat
+import zlib
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -415,8 +416,6 @@ class WandbRecords:
         self.torn_at: int | None = None
 
     def __iter__(self) -> Iterator[bytes]:
-        import zlib
-
         data, rel = self.data, self.rel
         if not data.startswith(WANDB_HEADER):
             raise TrackerUnreadable(f"{rel} does not start with the W&B log header")
@@ -492,8 +491,6 @@ def _whole_under_one_bit_less(body: bytes, kind: int, checksum: int, length: int
     holds for the bytes there under ``length`` with one of its set bits cleared (the framing has no CRC over
     the length); "" if it does not. A piece a killed writer cut matches the CRC of its whole data under one
     of at most 16 lengths by chance only (about 16 in 2**32)."""
-    import zlib
-
     seed = zlib.crc32(bytes([kind]))
     shorter = (length & ~(1 << bit) for bit in range(16) if length & (1 << bit))
     if any(zlib.crc32(body[:size], seed) == checksum for size in shorter if size <= len(body)):
