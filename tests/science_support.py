@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import csv
 import functools
 import hashlib
@@ -16,9 +17,10 @@ from typing import Any
 
 import numpy as np
 import yaml
-from capsules import COMPACT_TEST_FRACTION
+from capsules import COMPACT_DEMO_CONFIG, COMPACT_TEST_FRACTION
 
 from runaudit.examples.digits import data as digits_data
+from runaudit.examples.digits.build import produce
 
 
 def edit_json(path: Path, change: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
@@ -151,10 +153,24 @@ def declare_worked_group(capsule_dir: Path, project: Path) -> Path:
     return declare_sibling(capsule_dir, project, run_id, "probe", seed, accuracy, ["model.hidden"])
 
 
+def produce_demo_seeds(root: Path, run_ids: Iterable[str], *, arm: str, epochs: int = 2) -> None:
+    """Train one real demo run per id under ``root/active/`` (seeds 1, 2, ...), as one seed each of
+    ``arm``, on the test split of the tests' demo, in this process.
+
+    The same training and writer as the demo's command line (``train_demo_seeds``), without an interpreter
+    of its own per seed: each would import torch and its compiler afresh, ~2.5 s of CPU on the 2-core
+    development machine, where this worker has them already.
+    """
+    for seed, run_id in enumerate(run_ids, start=1):
+        config = copy.deepcopy(COMPACT_DEMO_CONFIG)
+        config["train"].update(seed=seed, epochs=epochs)
+        produce(root, run_id, config, arm=arm, log=lambda line: None)
+
+
 def train_demo_seeds(root: Path, run_ids: Iterable[str], *options: str, epochs: int = 2) -> None:
     """Train one real demo run per id under ``root/active/`` (seeds 1, 2, ...), side by side, through the
-    demo's own command line, on the test split of the tests' demo; ``options`` go to each (``--arm short``,
-    ``--tensorboard``)."""
+    demo's own command line, on the test split of the tests' demo; ``options`` go to each (``--tensorboard``,
+    ``--wandb``: trackers that write from the training process, which must be one of its own)."""
     children = [
         subprocess.Popen(
             [

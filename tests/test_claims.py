@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from science_support import train_demo_seeds
+from science_support import produce_demo_seeds
 
 from runaudit.cli import main
 from runaudit.documents import DOCUMENT_CAP
@@ -55,7 +55,7 @@ def delivered(demo_project: Path, tmp_path_factory: pytest.TempPathFactory) -> d
     base = tmp_path_factory.mktemp("claims")
     root = base / "project"
     shutil.copytree(demo_project, root, symlinks=True, ignore=shutil.ignore_patterns("*.lock", "reports"))
-    train_demo_seeds(root, SEEDS, "--arm", ARM)
+    produce_demo_seeds(root, SEEDS, arm=ARM)
     docs = base / "docs"
     docs.mkdir()
     for run_id in SEEDS[:2]:
