@@ -9,6 +9,7 @@ import io
 import json
 import os
 import shutil
+import sys
 import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -16,36 +17,36 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-# The same snapshot would make every in-process session import these afresh (about 0.4 s a session, over a
-# hundred sessions): the report's renderer and figures, and pyarrow's readers. Imported once, they stay.
-import jinja2  # noqa: F401
-import jsonschema  # noqa: F401
-import matplotlib.figure  # noqa: F401
-
-# In-process pytester runs drop the modules they imported once they end. These keep global registries
-# that break when imported a second time in one process (Pillow's codec table, torch's compiler, libyaml), so they
-# are imported here, before any run, and stay.
-import PIL.Image
-import PIL.PngImagePlugin  # noqa: F401
-import pyarrow.compute  # noqa: F401
-import pyarrow.dataset  # noqa: F401
-import pyarrow.parquet  # noqa: F401
 import pytest
-import scipy.fft  # noqa: F401
-import scipy.special  # noqa: F401
-import torch
-import torch._dynamo  # noqa: F401
-import yaml  # noqa: F401  # libyaml's C parser keeps the first yaml module's resolver: a re-import breaks tags
-from capsules import COMPACT_DEMO_CONFIG
 
-import runaudit.reports.collector  # noqa: F401
-import runaudit.reports.html  # noqa: F401
-import runaudit.reports.page  # noqa: F401
 from runaudit import clock
 from runaudit.examples.digits.build import DEMO_RUN_ID, ensure_demo
 from runaudit.host import usable_cores
 
-PIL.Image.init()
+# Imported by each process that runs tests before its first test (``pytest_sessionstart``), and kept.
+KEPT_IMPORTS = (
+    # In-process pytester runs drop the modules they imported once they end. These keep global registries
+    # that break when imported a second time in one process (Pillow's codec table, torch's compiler, libyaml:
+    # its C parser keeps the first yaml module's resolver, so a re-import breaks tags).
+    "PIL.Image",
+    "PIL.PngImagePlugin",
+    "torch",
+    "torch._dynamo",
+    "yaml",
+    # The same snapshot would make every in-process session import these afresh (about 0.4 s a session,
+    # over a hundred sessions): the report's renderer and figures, and pyarrow's readers.
+    "jinja2",
+    "jsonschema",
+    "matplotlib.figure",
+    "pyarrow.compute",
+    "pyarrow.dataset",
+    "pyarrow.parquet",
+    "scipy.fft",
+    "scipy.special",
+    "runaudit.reports.collector",
+    "runaudit.reports.html",
+    "runaudit.reports.page",
+)
 
 
 def _import_installed_plugins() -> None:
@@ -58,9 +59,6 @@ def _import_installed_plugins() -> None:
     """
     for entry_point in metadata.entry_points(group="pytest11"):
         importlib.import_module(entry_point.module)
-
-
-_import_installed_plugins()
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -91,10 +89,10 @@ def _share_the_cores() -> None:
     threads = max(1, usable_cores() // int(workers))
     for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ.setdefault(name, str(threads))
+    import torch
+
     torch.set_num_threads(threads)
 
-
-_share_the_cores()
 
 # Collections of the oldest generation that a test process lets pass before a full one: ten times CPython's 10.
 FULL_COLLECTION_EVERY = 100
@@ -117,7 +115,18 @@ def _collect_the_heap_less_often() -> None:
     gc.set_threshold(first, second, FULL_COLLECTION_EVERY)
 
 
-_collect_the_heap_less_often()
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Prepare each process that runs tests (an xdist worker, or the one process of ``-n 0``); not xdist's
+    controller, which only hands tests out: the imports alone cost ~5 s of CPU on the 2-core development
+    machine, and the workers started only once the controller had paid them."""
+    if session.config.pluginmanager.has_plugin("dsession"):
+        return
+    _share_the_cores()  # before torch is imported, so that its thread pool is sized once
+    for name in KEPT_IMPORTS:
+        importlib.import_module(name)
+    sys.modules["PIL.Image"].init()
+    _import_installed_plugins()
+    _collect_the_heap_less_often()
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -166,6 +175,8 @@ def demo_project(tmp_path_factory: pytest.TempPathFactory, worker_id: str) -> Pa
     """
     base = tmp_path_factory.getbasetemp()
     root = (base.parent if worker_id != "master" else base) / "demo-project"
+    from capsules import COMPACT_DEMO_CONFIG  # imports torch, which xdist's controller never needs
+
     ensure_demo(root, progress=io.StringIO(), config=COMPACT_DEMO_CONFIG)
     return root
 
@@ -258,12 +269,13 @@ def _whole_process_module(item: pytest.Item) -> bool:
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Mark the slow tests, and run the longest first.
+    """Mark the slow tests, and run the longest modules first.
 
-    pytest-xdist's workers take the items in this order and steal from each other's queues once theirs is
-    empty; a test of tens of seconds that starts last keeps one worker busy after the rest are done. So the
-    modules of whole-process tests go first, then every other module with a slow test, then the in-process
-    unit tests, which fill the gaps at the end (each module stays in one piece: its fixtures are set up once).
+    pytest-xdist hands out whole modules (``--dist loadfile`` in pyproject.toml) in this order, each to the
+    first worker that is free; a module of a minute that starts last keeps one worker busy after the rest
+    are done. So the modules of whole-process tests go first, then every other module with a slow test,
+    then the in-process unit tests, which fill the gaps at the end (the sort is stable: within a module and
+    a tier, the collection's order is kept).
     """
     slow_modules: set[Path] = set()
     for item in items:
