@@ -5,6 +5,7 @@ directory produces: an earlier run's events sealed beside the run's own."""
 
 from __future__ import annotations
 
+import itertools
 import math
 import shutil
 import subprocess
@@ -559,18 +560,19 @@ def test_a_piece_the_file_s_end_cuts_is_a_cut_only_if_a_writer_could_have_left_i
         [*WandbRecords(data, "run-x.wandb")]
 
 
-def test_a_bit_flipped_in_the_last_record_s_length_is_damage_not_a_cut() -> None:
+def test_bits_flipped_in_the_last_record_s_length_are_damage_not_a_cut() -> None:
     """LevelDB's framing has no CRC over a piece's length. One bit flipped from 0 to 1 in the last record's
     length field made the record run past the file's end, and it read as cut by a killed writer: the
-    records before were compared and passed. Its CRC still holds for the bytes there under the length one
-    bit less, so it is refused as damage; every other flip of that field fails its CRC, as ever."""
+    records before were compared and passed. So did two bits, once one was refused. The CRC still holds for
+    the bytes there under the true length, so each is refused as damage; every flip that shortens the
+    field fails its CRC, as ever."""
     from runaudit.trackers import WANDB_HEADER, TrackerUnreadable, WandbRecords
 
     sound = WANDB_HEADER + _piece(FULL, _history_record(10, train_loss=2.0))
     last = _piece(FULL, _history_record(20, train_loss=1.0))
     length = int.from_bytes(last[4:6], "little")
-    for bit in range(16):
-        flipped = (length ^ (1 << bit)).to_bytes(2, "little")
+    for bits in [*itertools.combinations(range(16), 1), *itertools.combinations(range(16), 2)]:
+        flipped = (length ^ sum(1 << bit for bit in bits)).to_bytes(2, "little")
         with pytest.raises(TrackerUnreadable, match="damaged record"):
             [*WandbRecords(sound + last[:4] + flipped + last[6:], "run-x.wandb")]
 
