@@ -488,10 +488,10 @@ def _out_of_place(kind: int, length: int, left: int, opened: int, position: int)
 
 def _whole_under_a_shorter_length(body: bytes, kind: int, checksum: int, length: int, position: int) -> str:
     """Why the piece at ``position``, which runs past the file's end, is whole with a damaged length: its CRC
-    holds for the first bytes there under some length shorter than ``length`` (the framing has no CRC over
-    the length, so flipped bits in it show only so); "" if it holds under none. A piece a killed writer cut
-    matches the CRC of its whole data under one of the ``len(body) + 1`` lengths by chance only: under 1 in
-    100,000 for a piece of a whole block."""
+    holds for the first ``n`` bytes there, for some ``n`` shorter than ``length``; "" if for none. The
+    framing has no CRC over the length, so this is the only sign of bits flipped in it. A piece a killed
+    writer cut matches under one of the ``len(body) + 1`` lengths by chance only: under 1 in 100,000 for a
+    piece of a whole block."""
     running = zlib.crc32(bytes([kind]))
     for size in range(len(body) + 1):
         if running == checksum:
