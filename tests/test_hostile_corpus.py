@@ -1297,7 +1297,6 @@ def _environment(tmp: Path) -> dict[str, str]:
         **os.environ,
         "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",
         "TMPDIR": str(tmp),  # watched: a session leaves nothing behind in its temp folder either
-        "PYTHONDONTWRITEBYTECODE": "1",
     }
 
 

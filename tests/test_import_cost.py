@@ -56,3 +56,12 @@ def test_plugin_and_cli_import_nothing_heavy(tmp_path: Path) -> None:
         cwd=tmp_path,
     )
     assert output.strip() == "[]", output
+
+
+def test_the_suite_and_the_interpreters_it_starts_keep_the_bytecode_they_compile(tmp_path: Path) -> None:
+    """``tests/conftest.py`` drops ``PYTHONDONTWRITEBYTECODE``, which CI's machines set: with it, every
+    interpreter the suite starts compiled runaudit again, and every session rewrote the audit modules again
+    (about a fifth of the CPU of the modules that start many sessions)."""
+    assert not sys.dont_write_bytecode
+    output = fresh_python("import sys; print(sys.flags.dont_write_bytecode)", cwd=tmp_path)
+    assert output.split() == ["0"]
